@@ -1,0 +1,1 @@
+"""Converter: linked trace -> Chakra graph, and Chakra ET readers, writers and checks."""

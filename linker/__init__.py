@@ -1,0 +1,1 @@
+"""Linker: readers for each raw format and the per-rank linked trace on one integer clock."""

@@ -1,0 +1,127 @@
+"""The linked trace: one rank's (or one device's) activity on ONE integer clock.
+
+Every reader in ``linker/`` ends here, and the converter starts here knowing nothing about
+Kineto, the PyTorch ET or XSpace. All times are integer picoseconds on the clock named by
+``LinkedTrace.clock``: picoseconds hold TPU clocks exactly and nanosecond GPU clocks too, and
+integers never drift the way float microseconds do. Unit conversion happens in the readers and
+nowhere else; the converter only rounds picoseconds to Chakra's microseconds at the very end.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Union
+
+Picoseconds = int
+"""A time or duration in integer picoseconds."""
+
+PS_PER_NS = 1_000
+PS_PER_US = 1_000_000
+
+AttrValue = Union[bool, int, float, str, list[int], list[float], list[str], list[bool]]
+"""Extra attribute values. The converter maps bool -> bool_val, int -> int64_val,
+float -> double_val, str -> string_val, and lists to the matching *_list oneof."""
+
+
+class OpKind(enum.IntEnum):
+    """What an op is, as the converter needs to know it (maps onto Chakra's NodeType)."""
+
+    COMPUTE = 1  # host op or device kernel -> COMP_NODE
+    COLLECTIVE = 2  # -> COMM_COLL_NODE (needs Op.comm with comm_type)
+    SEND = 3  # -> COMM_SEND_NODE (needs Op.comm with src, dst, tag)
+    RECV = 4  # -> COMM_RECV_NODE
+    MEM_LOAD = 5  # host -> device copy -> MEM_LOAD_NODE (Op.bytes = size)
+    MEM_STORE = 6  # device -> host copy -> MEM_STORE_NODE
+    METADATA = 7  # process-group configuration and the like -> METADATA_NODE
+
+
+class EdgeKind(enum.IntEnum):
+    """Why one op waits for another. DATA edges become Chakra ``data_deps``; the rest
+    become ``ctrl_deps``. The kind is kept so that analyses and tests can tell them apart."""
+
+    HOST_ORDER = 1  # program order on one host thread
+    PARENT = 2  # a child op runs inside its parent (the child depends on the parent's start)
+    LAUNCH = 3  # host launch call -> device op it launched
+    STREAM_ORDER = 4  # device ops in order on one stream / queue
+    SYNC = 5  # device -> host (stream/device synchronise) or device -> device (event wait)
+    DATA = 6  # producer -> consumer through a tensor / HLO operand
+
+
+class CommType(enum.IntEnum):
+    """Chakra ``CollectiveCommType`` values (schema field values, do not renumber)."""
+
+    ALL_REDUCE = 0
+    REDUCE = 1
+    ALL_GATHER = 2
+    GATHER = 3
+    SCATTER = 4
+    BROADCAST = 5
+    ALL_TO_ALL = 6
+    REDUCE_SCATTER = 7
+    REDUCE_SCATTER_BLOCK = 8
+    BARRIER = 9
+
+
+@dataclass(slots=True)
+class CommInfo:
+    """What a communication op moves and with whom."""
+
+    size_bytes: int
+    comm_type: CommType | None = None  # collectives only
+    group: int | None = None  # key of LinkedTrace.groups; None = all ranks
+    src: int | None = None  # point-to-point: global ranks
+    dst: int | None = None
+    tag: int | None = None
+
+
+@dataclass(slots=True)
+class TensorIO:
+    """Inputs or outputs as the Chakra ``IOInfo`` strings (JSON text, as the ET has them)."""
+
+    values: str = ""
+    shapes: str = ""
+    types: str = ""
+
+
+@dataclass(slots=True)
+class Op:
+    """One host op, device op, copy or communication, with its measured time."""
+
+    uid: int  # unique within the trace; becomes the Chakra node id
+    name: str
+    kind: OpKind
+    on_device: bool  # False: runs on a host thread (Chakra is_cpu_op = true)
+    lane: str  # "thread:<tid>", "stream:<device>:<stream>", "tpu:<chip>:XLA Ops", ...
+    start_ps: Picoseconds | None = None
+    dur_ps: Picoseconds | None = None
+    comm: CommInfo | None = None
+    bytes: int | None = None  # bytes touched or copied (Chakra tensor_size)
+    flops: int | None = None  # operation count (Chakra num_ops)
+    inputs: TensorIO | None = None
+    outputs: TensorIO | None = None
+    attrs: dict[str, AttrValue] = field(default_factory=dict)
+
+
+@dataclass(slots=True, frozen=True)
+class Edge:
+    """``dst`` cannot start before ``src`` (has finished, for every kind but PARENT)."""
+
+    src: int
+    dst: int
+    kind: EdgeKind
+
+
+@dataclass(slots=True)
+class LinkedTrace:
+    """One rank's linked trace: what the converter turns into one Chakra ET file."""
+
+    rank: int
+    framework: str  # "pytorch", "jax", ...
+    clock: str  # which clock the times are on, e.g. "kineto baseTimeNanoseconds" (stated in output)
+    ops: list[Op] = field(default_factory=list)
+    edges: list[Edge] = field(default_factory=list)
+    groups: dict[int, list[int]] = field(default_factory=dict)  # process group id -> global ranks
+    metadata: dict[str, AttrValue] = field(default_factory=dict)  # copied into GlobalMetadata
+    stats: dict[str, float | int] = field(default_factory=dict)  # match rates etc., for summaries
+    warnings: list[str] = field(default_factory=list)

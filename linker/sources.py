@@ -1,0 +1,40 @@
+"""How `convert` finds its inputs: each input format contributes a discoverer and a loader.
+
+A discoverer looks at the files it was given (directories already expanded, sorted) and claims
+the ones it understands, grouped into jobs, one per rank (or, for formats that hold several
+devices in one file, one per file). A loader turns one job into linked traces. The convert
+command runs loaders in parallel worker processes, so jobs and their loaders must be picklable
+(plain paths and strings; loaders named by module path, imported in the worker).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(slots=True)
+class RankJob:
+    """One unit of conversion work."""
+
+    format: str  # key of LOADERS, e.g. "pytorch" or "xla"
+    files: dict[str, Path]  # role -> file, e.g. {"host_et": ..., "kineto": ...}
+    rank: int | None = None  # None when the loader finds the rank(s) in the file itself
+    options: dict[str, object] = field(default_factory=dict)  # e.g. from a run manifest
+
+    def describe(self) -> str:
+        names = ", ".join(f"{role}={path.name}" for role, path in sorted(self.files.items()))
+        return f"{self.format} rank {self.rank if self.rank is not None else '?'} ({names})"
+
+
+# Discoverers: "module:function" taking (files: list[Path], warn: Callable[[str], None]) and
+# returning (jobs, claimed files). Tried in this order; a file claimed by one is not offered to
+# the next. Loaders: "module:function" taking a RankJob and returning list[LinkedTrace].
+DISCOVERERS: dict[str, str] = {
+    "xla": "chakra_hooks.linker.xla_discover:discover",
+    "pytorch": "chakra_hooks.linker.pytorch_discover:discover",
+}
+LOADERS: dict[str, str] = {
+    "xla": "chakra_hooks.linker.xla_link:load",
+    "pytorch": "chakra_hooks.linker.pytorch_link:load",
+}
