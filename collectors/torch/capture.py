@@ -1,0 +1,409 @@
+"""``trace``: record the host ET and the Kineto trace of chosen training steps, per rank.
+
+Why the profiler is driven by hand: ``torch.profiler.profile(schedule=...,
+execution_trace_observer=..., on_trace_ready=...)`` with the default ``repeat=0`` restarts its
+cycle forever; when the loop ends right as a new cycle enters its active phase, the exit calls
+``on_trace_ready`` a second time with an empty Kineto trace, which overwrites the good one,
+while the ET (which accumulates across cycles) stays full (reproduced in
+tests/collectors/test_profiler_schedule_pitfall.py). Here there is no schedule: one
+``profile`` object (no schedule) and one ``ExecutionTraceObserver`` exist only for the window;
+``prepare_trace`` runs one step early (warm-up), ``start_trace`` at the first chosen step starts
+Kineto and the observer together (so ET ``rf_id`` == Kineto ``Record function id``), and
+``stop_trace`` at the end of the last chosen step stops both. Outside the window no profiler
+object, observer or hook exists.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import logging
+import os
+import platform
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from . import manifest as mf
+from .moe import CLOCK as ROUTING_CLOCK
+from .moe import SIDECAR_FORMAT, RoutingRecorder
+
+log = logging.getLogger("chakra_hooks.collectors.torch")
+
+CLOCKS = {
+    "host_et": "start_ts/finish_ts: monotonic ms",
+    "kineto": "unix ns: baseTimeNanoseconds + ts*1000 (CLOCK_REALTIME)",
+    "routing": ROUTING_CLOCK,
+}
+
+
+def _window(steps: Iterable[int]) -> tuple[int, int]:
+    """``steps`` as [first, end): it must be a non-empty run of consecutive integers."""
+    s = sorted({int(x) for x in steps})
+    if not s or s[0] < 0 or s[-1] - s[0] + 1 != len(s):
+        raise ValueError(f"steps must be consecutive non-negative integers, got {s[:8]}")
+    return s[0], s[-1] + 1
+
+
+def _rank_and_world() -> tuple[int, int]:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def _process_groups() -> list[dict]:
+    """Process groups as torch records them for the ET (``pg_name``, ``ranks``, ...)."""
+    try:
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            return []
+        world = dist.distributed_c10d._world
+        out = []
+        for pg, name in world.pg_names.items():
+            ranks = dist.get_process_group_ranks(pg)
+            out.append({"pg_name": str(name), "pg_desc": world.pg_group_desc.get(pg, "")
+                        if hasattr(world, "pg_group_desc") else "", "ranks": sorted(ranks)})
+        return sorted(out, key=lambda g: g["pg_name"])
+    except Exception as exc:  # private API: never fail the capture over it
+        log.warning("chakra-hooks: could not list process groups: %s", exc)
+        return []
+
+
+def _versions() -> dict[str, str]:
+    import torch
+
+    from chakra_hooks import __version__
+
+    v = {"torch": torch.__version__, "python": platform.python_version(),
+         "chakra_hooks": __version__}
+    tf = sys.modules.get("transformers")
+    if tf is not None:
+        v["transformers"] = getattr(tf, "__version__", "?")
+    return v
+
+
+def _looks_complete_json(path: Path) -> bool:
+    """Cheap check that a JSON file was written to the end (no full parse)."""
+    try:
+        size = path.stat().st_size
+        if size < 2:
+            return False
+        with open(path, "rb") as f:
+            f.seek(max(0, size - 64))
+            return f.read().rstrip().endswith((b"}", b"]"))
+    except OSError:
+        return False
+
+
+@dataclass
+class _Session:
+    """Everything that exists only while a window is being recorded."""
+
+    rank: int
+    world_size: int
+    prof: Any = None
+    et: Any = None
+    routing: RoutingRecorder | None = None
+    step_rf: Any = None
+    steps: list[int] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    started: bool = False
+
+
+class Trace:
+    """Context manager, decorator, or start()/step()/stop() object; see :func:`trace`."""
+
+    def __init__(
+        self,
+        outdir: str | os.PathLike,
+        steps: Iterable[int] = range(10, 12),
+        ranks: Iterable[int] | None = None,
+        convert: bool = False,
+        *,
+        model: Any = None,
+        routing: bool = True,
+        ep_size: int | None = None,
+        warmup: bool = True,
+        record_shapes: bool = False,
+    ) -> None:
+        self.outdir = Path(outdir)
+        self.first, self.end = _window(steps)
+        self.ranks = None if ranks is None else sorted({int(r) for r in ranks})
+        self.convert = convert
+        self.models = None if model is None else (list(model) if isinstance(model, (list, tuple)) else [model])
+        self.routing = routing
+        self.ep_size = ep_size
+        self.warmup = warmup
+        self.record_shapes = record_shapes
+        self.step_num = 0
+        self.complete: bool | None = None  # set when the window has been written
+        self.wrote_run_manifest = False
+        self._armed = False
+        self._done = False
+        self._session: _Session | None = None
+
+    # -- public API -------------------------------------------------------------------------
+    def start(self) -> "Trace":
+        if not self._armed and not self._done:
+            self._armed = True
+            atexit.register(self.stop)
+            self._advance()
+        return self
+
+    def step(self) -> None:
+        """Mark the end of one training step."""
+        if not self._armed:
+            return
+        s = self._session
+        if s is not None and s.step_rf is not None:
+            self._guard(s, "closing the step annotation", self._close_step_rf, s)
+        self.step_num += 1
+        self._advance()
+
+    def stop(self, exc: BaseException | None = None) -> None:
+        """End the run: flush a window still open (incomplete), then convert if asked."""
+        if not self._armed:
+            return
+        self._armed = False
+        atexit.unregister(self.stop)
+        if self._session is not None:
+            why = f"{type(exc).__name__}: {exc}" if exc is not None else (
+                f"stopped at step {self.step_num}, before the end of the window ({self.end})")
+            self._finish(error=why)
+        self._done = True
+        if self.convert and self.wrote_run_manifest:
+            self._convert()
+
+    def __enter__(self) -> "Trace":
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.stop(exc)
+        return False  # the user's exception propagates unchanged
+
+    def __call__(self, fn: Callable) -> Callable:
+        """Decorate a step function: each call is one step."""
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            self.start()
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:
+                self.stop(exc)
+                raise
+            self.step()
+            return result
+
+        return wrapper
+
+    # -- window state machine ----------------------------------------------------------------
+    def _advance(self) -> None:
+        n = self.step_num
+        if self._session is None and not self._done:
+            if n == self.first - 1 and self.warmup or n == self.first:
+                self._prepare()
+        s = self._session
+        if s is None:
+            return
+        if n == self.first and not s.started:
+            self._guard(s, "starting the profiler", self._begin, s)
+        if n >= self.end:
+            self._finish(error=None)
+            return
+        if s.started:
+            self._guard(s, "opening the step annotation", self._open_step_rf, s, n)
+
+    def _guard(self, s: _Session, what: str, fn: Callable, *args) -> bool:
+        """Run a tracing action; a failure is logged and recorded, never raised."""
+        try:
+            fn(*args)
+            return True
+        except Exception as exc:
+            msg = f"{what}: {type(exc).__name__}: {exc}"
+            log.warning("chakra-hooks: rank %s: %s", s.rank, msg)
+            s.errors.append(msg)
+            return False
+
+    def _prepare(self) -> None:
+        rank, world = _rank_and_world()
+        if self.ranks is not None and rank not in self.ranks:
+            self._done = True  # this rank records nothing and writes nothing
+            return
+        s = _Session(rank, world)
+        self._session = s
+        if not self._guard(s, "preparing the profiler", self._prepare_profiler, s):
+            self._release(s)
+
+    def _prepare_profiler(self, s: _Session) -> None:
+        import torch
+        from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile
+
+        self.outdir.mkdir(parents=True, exist_ok=True)
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        et = ExecutionTraceObserver()
+        et.register_callback(str(self._tmp(self._et_name(s.rank))))
+        if not et.is_registered:
+            raise RuntimeError("another ExecutionTraceObserver is registered in this process")
+        s.et = et
+        s.prof = profile(activities=activities, execution_trace_observer=et,
+                         record_shapes=self.record_shapes)
+        s.prof.prepare_trace()  # Kineto warm-up: its start-up cost lands before the window
+
+    def _begin(self, s: _Session) -> None:
+        if s.prof is None:
+            return
+        s.prof.start_trace()  # starts the ET observer and Kineto together
+        s.started = True
+        if self.routing:
+            s.routing = RoutingRecorder(self.models, self.ep_size)
+            s.routing.activate()
+
+    def _open_step_rf(self, s: _Session, n: int) -> None:
+        import torch
+
+        s.steps.append(n)
+        if s.routing is not None:
+            s.routing.new_step(n)
+        s.step_rf = torch.autograd.profiler.record_function(f"ProfilerStep#{n}")
+        s.step_rf.__enter__()
+
+    def _close_step_rf(self, s: _Session) -> None:
+        rf, s.step_rf = s.step_rf, None
+        rf.__exit__(None, None, None)
+
+    # -- writing -------------------------------------------------------------------------------
+    def _et_name(self, rank: int) -> str:
+        return f"host_et.rank{rank}.json"
+
+    def _kineto_name(self, rank: int) -> str:
+        return f"kineto.rank{rank}.pt.trace.json"
+
+    def _routing_name(self, rank: int) -> str:
+        return f"routing.rank{rank}.json"
+
+    def _tmp(self, name: str) -> Path:
+        return self.outdir / f".{name}.{os.getpid()}.tmp"
+
+    def _finish(self, error: str | None) -> None:
+        """Stop everything, write this rank's files and manifests. Never raises."""
+        s = self._session
+        if s is None:
+            return
+        if error:
+            s.errors.append(error)
+        files: dict[str, str | None] = {"host_et": None, "kineto": None, "routing": None}
+        if s.step_rf is not None:
+            self._guard(s, "closing the step annotation", self._close_step_rf, s)
+        routing_records = None
+        if s.routing is not None:
+            self._guard(s, "removing router hooks", s.routing.deactivate)
+        if s.prof is not None and s.started:
+            self._guard(s, "stopping the profiler", s.prof.stop_trace)
+            self._guard(s, "writing the Kineto trace", self._write_kineto, s, files)
+        if s.routing is not None:
+            routing_records = []
+            self._guard(s, "copying routing bins", lambda: routing_records.extend(s.routing.records()))
+        self._guard(s, "writing the host ET", self._write_et, s, files)
+        if routing_records:
+            self._guard(s, "writing routing bins", self._write_routing, s, routing_records, files)
+        self._release(s)
+        self.complete = not s.errors
+        self._guard(s, "writing the manifest", self._write_manifests, s, files)
+
+    def _write_kineto(self, s: _Session, files: dict) -> None:
+        name = self._kineto_name(s.rank)
+        tmp = self._tmp(name)
+        s.prof.export_chrome_trace(str(tmp))
+        if not _looks_complete_json(tmp):
+            raise OSError(f"Kineto trace {tmp} was not written completely")
+        os.replace(tmp, self.outdir / name)
+        files["kineto"] = name
+
+    def _write_et(self, s: _Session, files: dict) -> None:
+        if s.et is None:
+            return
+        name = self._et_name(s.rank)
+        tmp = self._tmp(name)
+        s.et.unregister_callback()  # finalises the file
+        s.et = None
+        if not s.started:
+            tmp.unlink(missing_ok=True)
+            return
+        if not _looks_complete_json(tmp):
+            raise OSError(f"host ET {tmp} was not written completely (disk full?)")
+        os.replace(tmp, self.outdir / name)
+        files["host_et"] = name
+
+    def _write_routing(self, s: _Session, records: list[dict], files: dict) -> None:
+        name = self._routing_name(s.rank)
+        obj = {"format": SIDECAR_FORMAT, "rank": s.rank, "clock": ROUTING_CLOCK,
+               "records": records}
+        mf.atomic_write_json(self.outdir / name, obj)
+        files["routing"] = name
+
+    def _write_manifests(self, s: _Session, files: dict) -> None:
+        entry = {
+            "rank": s.rank, "world_size": s.world_size, "framework": "pytorch",
+            "versions": _versions(), "steps": s.steps, "complete": not s.errors,
+            "error": "; ".join(s.errors) or None, "files": files,
+            "process_groups": _process_groups(), "clocks": CLOCKS, "pid": os.getpid(),
+        }
+        mf.write_rank_manifest(self.outdir, entry)
+        expected = [r for r in range(s.world_size) if self.ranks is None or r in self.ranks]
+        self.wrote_run_manifest = mf.update_run_manifest(self.outdir, expected)
+
+    def _release(self, s: _Session) -> None:
+        """Drop every profiler object so nothing runs after the window."""
+        if s.prof is not None and not s.started:
+            # Prepared (warm-up) but never started: Kineto must be shut down properly, or the
+            # next profiler in this process finds it half-initialised.
+            try:
+                s.prof.start_trace()
+                s.prof.stop_trace()
+            except Exception as exc:
+                log.warning("chakra-hooks: rank %s: shutting down the profiler: %s", s.rank, exc)
+        if s.et is not None:
+            try:
+                s.et.unregister_callback()
+            except Exception as exc:
+                log.warning("chakra-hooks: rank %s: unregistering the ET observer: %s", s.rank, exc)
+            self._tmp(self._et_name(s.rank)).unlink(missing_ok=True)
+        s.et = None
+        s.prof = None
+        s.routing = None
+        self._session = None
+        self._done = True
+
+    def _convert(self) -> None:
+        try:
+            from chakra_hooks.convert import convert_paths
+
+            convert_paths([self.outdir], self.outdir / "et")
+        except Exception as exc:
+            log.warning("chakra-hooks: converting %s failed: %s", self.outdir, exc)
+
+
+def trace(
+    outdir: str | os.PathLike,
+    steps: Iterable[int] = range(10, 12),
+    ranks: Iterable[int] | None = None,
+    convert: bool = False,
+    **options: Any,
+) -> Trace:
+    """Record steps ``steps`` (consecutive; counted by ``.step()`` calls from 0) of a run.
+
+    Writes, for every chosen rank (all by default), the host ET, the Kineto trace of the same
+    window, the MoE routing bins (when routers ran) and the manifests into ``outdir``.
+    Options: ``model`` (module(s) to search for routers; without it every module call in the
+    window is checked), ``routing`` (False: no router hooks), ``ep_size`` (expert-parallel
+    size for per-EP-rank counts), ``warmup`` (start Kineto one step early; default True),
+    ``record_shapes``.
+    """
+    return Trace(outdir, steps, ranks, convert, **options)

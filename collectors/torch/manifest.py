@@ -1,0 +1,122 @@
+"""The capture directory's manifests, written atomically and without collectives.
+
+Layout of a capture directory written by :func:`chakra_hooks.collectors.torch.trace`::
+
+    <outdir>/manifest.json                 run manifest (merged from the rank manifests)
+    <outdir>/rank-<r>.manifest.json        what rank r recorded
+    <outdir>/host_et.rank<r>.json          PyTorch execution trace (ExecutionTraceObserver)
+    <outdir>/kineto.rank<r>.pt.trace.json  Kineto trace of the same window (same rf ids)
+    <outdir>/routing.rank<r>.json          MoE routing bins (only when routers ran)
+
+``manifest.json`` (read by the PyTorch discoverer) has the keys ``format``, ``framework``,
+``versions``, ``world_size``, ``steps``, ``complete``, ``process_groups``, ``clocks``,
+``expected_ranks``, ``missing_ranks`` and ``ranks``:
+``{"<r>": {"host_et": relpath, "kineto": relpath, "routing": relpath | null,
+"complete": bool, "error": str | null, "steps": [...]}}``. Paths are relative to the capture
+directory. ``complete`` is true only when every expected rank recorded its whole window.
+
+Why no collectives: a barrier in the collector could hang a job whose other rank crashed.
+Instead every rank writes its own file, then merges whatever rank files exist. The merged file
+is written with ``os.replace`` (overwriting) only by a rank that sees every expected rank; a
+rank that sees only some of them writes the partial merge with ``os.link``, which never
+overwrites. So the full merge always wins, and a run with a crashed rank still gets a manifest
+that says which ranks are missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+FORMAT = "chakra-hooks-capture/1"
+RUN_MANIFEST = "manifest.json"
+_RANK_FILE = re.compile(r"^rank-(\d+)\.manifest\.json$")
+
+
+def rank_manifest_name(rank: int) -> str:
+    return f"rank-{rank}.manifest.json"
+
+
+def atomic_write_json(path: Path, obj: object, *, overwrite: bool = True) -> bool:
+    """Write ``obj`` as JSON to ``path`` via a temporary file in the same directory.
+
+    With ``overwrite=False`` the file is only created if absent (returns False otherwise).
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    try:
+        if overwrite:
+            os.replace(tmp, path)
+            return True
+        try:
+            os.link(tmp, path)
+            return True
+        except FileExistsError:
+            return False
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_rank_manifest(outdir: Path, entry: dict) -> None:
+    atomic_write_json(outdir / rank_manifest_name(int(entry["rank"])), entry)
+
+
+def read_rank_manifests(outdir: Path) -> dict[int, dict]:
+    found: dict[int, dict] = {}
+    for p in outdir.iterdir():
+        m = _RANK_FILE.match(p.name)
+        if not m:
+            continue
+        try:
+            found[int(m.group(1))] = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # a rank file being replaced right now; the last rank rereads it
+    return found
+
+
+def merge(entries: dict[int, dict], expected: list[int]) -> dict:
+    """The run manifest for the rank manifests found so far."""
+    first = entries[min(entries)]
+    ranks = {
+        str(r): {
+            "host_et": e["files"].get("host_et"),
+            "kineto": e["files"].get("kineto"),
+            "routing": e["files"].get("routing"),
+            "complete": bool(e.get("complete")),
+            "error": e.get("error"),
+            "steps": e.get("steps", []),
+        }
+        for r, e in sorted(entries.items())
+    }
+    missing = [r for r in expected if r not in entries]
+    steps = sorted({s for e in entries.values() for s in e.get("steps", [])})
+    pgs = entries.get(0, first).get("process_groups", [])
+    return {
+        "format": FORMAT,
+        "framework": first.get("framework", "pytorch"),
+        "versions": first.get("versions", {}),
+        "world_size": first.get("world_size", len(expected)),
+        "steps": steps,
+        "complete": not missing and all(v["complete"] for v in ranks.values()),
+        "process_groups": pgs,
+        "clocks": first.get("clocks", {}),
+        "expected_ranks": expected,
+        "missing_ranks": missing,
+        "ranks": ranks,
+    }
+
+
+def update_run_manifest(outdir: Path, expected: list[int]) -> bool:
+    """Merge the rank manifests into ``manifest.json``; True if this call wrote the full one."""
+    entries = read_rank_manifests(outdir)
+    if not entries:
+        return False
+    full = all(r in entries for r in expected)
+    wrote = atomic_write_json(outdir / RUN_MANIFEST, merge(entries, expected), overwrite=full)
+    return full and wrote
