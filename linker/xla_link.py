@@ -1,0 +1,356 @@
+"""XSpace + HLO -> one LinkedTrace per device (TPU chip, GPU, or CPU-backend device).
+
+Device events are matched to HLO instructions by module and instruction name. The HLO comes,
+in order of preference, from the XSpace's own ``/host:metadata`` plane (``Hlo Proto`` stat per
+module run), from HLO text sidecars the collector saved, or from the instruction text in TPU
+event names. From the HLO the linker takes data dependencies (operands, followed through
+instructions that never run on their own: parameters, tuples, bitcasts, ...), message sizes
+(operand shapes), replica groups and collective-permute pairs, and host-offload copies.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.linker import hlo
+from chakra_hooks.linker.model import (
+    CommInfo, CommType, Edge, EdgeKind, LinkedTrace, Op, OpKind, TensorIO,
+)
+from chakra_hooks.linker.sources import RankJob
+from chakra_hooks.linker.xla_devices import Device, DeviceEvent, collect_devices
+from chakra_hooks.linker.xspace import PlaneView, find_plane, profile_start_ns, read_xspace
+
+COMM_TYPES: dict[str, CommType] = {
+    "all-reduce": CommType.ALL_REDUCE,
+    "all-gather": CommType.ALL_GATHER,
+    "reduce-scatter": CommType.REDUCE_SCATTER,
+    "all-to-all": CommType.ALL_TO_ALL,
+    "ragged-all-to-all": CommType.ALL_TO_ALL,
+    "collective-broadcast": CommType.BROADCAST,
+}
+
+
+def load(job: RankJob) -> list[LinkedTrace]:
+    """One LinkedTrace per device found in ``job.files["xspace"]``."""
+    path = job.files["xspace"]
+    space = read_xspace(path)
+    modules = _modules(space, job, path)
+    devices = collect_devices(space)
+    if not devices:
+        raise TraceFormatError(path, "planes", "a /device:TPU:<n> or /device:GPU:<n> plane, or "
+                               "/host:CPU events with hlo_op stats (XLA CPU backend)")
+    start_ns = profile_start_ns(space)
+    traces = [_DeviceLinker(dev, modules, path).link() for dev in devices]
+    _assign_groups(traces)
+    for trace in traces:
+        if start_ns is not None:
+            trace.metadata["profile_start_time_ns"] = start_ns
+        trace.metadata["source_file"] = str(path)
+        for key in ("hlo_source", "manifest"):
+            if key in job.options:
+                trace.metadata[f"collector_{key}"] = str(job.options[key])
+    return traces
+
+
+# ---------------------------------------------------------------------------------------------
+# HLO modules
+
+
+def _modules(space, job: RankJob, path: Path) -> dict[str, hlo.HloModule]:
+    """Module key ("jit_f(123)") and plain name -> module, from the XSpace and sidecars."""
+    modules: dict[str, hlo.HloModule] = {}
+    meta = find_plane(space, "/host:metadata")
+    if meta is not None:
+        _modules_from_metadata(meta, modules, path)
+    for role, file in sorted(job.files.items()):
+        if not role.startswith("hlo:"):
+            continue
+        try:
+            module = hlo.parse_hlo_text(Path(file).read_text(), source="hlo text")
+        except (OSError, hlo.HloParseError) as err:
+            raise TraceFormatError(file, "HLO text", f"an XLA HLO module ({err})") from None
+        modules.setdefault(role[4:], module)
+        modules.setdefault(module.name, module)
+    return modules
+
+
+def _modules_from_metadata(meta: PlaneView, modules: dict[str, hlo.HloModule], path: Path) -> None:
+    proto_id = meta.stat_ids.get("Hlo Proto")
+    if proto_id is None:
+        return
+    for md in meta.plane.event_metadata.values():
+        for st in md.stats:
+            if st.metadata_id != proto_id:
+                continue
+            try:
+                module = hlo.parse_hlo_proto(st.bytes_value)
+            except Exception as err:  # noqa: BLE001 - any decode failure is a format error
+                raise TraceFormatError(path, f"/host:metadata module {md.name!r}",
+                                       f"a serialized xla.HloProto ({err})") from None
+            modules[md.name] = module
+            modules.setdefault(module.name, module)
+
+
+# ---------------------------------------------------------------------------------------------
+# Per device
+
+
+@dataclass(slots=True)
+class _Placed:
+    """The ops made from one device event, and what the edges need to know about it."""
+
+    event: DeviceEvent
+    uids: list[int]
+    module: hlo.HloModule | None = None
+    inst: hlo.Instruction | None = None
+
+
+@dataclass(slots=True)
+class _DeviceLinker:
+    dev: Device
+    modules: dict[str, hlo.HloModule]
+    path: Path
+    trace: LinkedTrace = field(init=False)
+    placed: list[_Placed] = field(default_factory=list)
+    text_modules: dict[str, hlo.HloModule] = field(default_factory=dict)
+    runs: dict[str, list[object]] = field(default_factory=dict)  # module -> exec keys in order
+
+    def __post_init__(self) -> None:
+        dev = self.dev
+        self.trace = LinkedTrace(rank=dev.ordinal, framework="jax", clock=dev.clock)
+        self.trace.metadata.update({"device": dev.plane, "device_kind": dev.kind, "clock": dev.clock})
+
+    def link(self) -> LinkedTrace:
+        self.dev.events.sort(key=lambda e: (e.start_ps, e.lane))
+        matched = 0
+        for ev in self.dev.events:
+            module, inst = self._resolve(ev)
+            matched += inst is not None
+            self.placed.append(_Placed(ev, self._make_ops(ev, module, inst), module, inst))
+        self._data_edges()
+        self._stream_edges()
+        stats = self.trace.stats
+        stats["device_events"] = len(self.dev.events)
+        stats["hlo_matched"] = matched
+        stats["hlo_match_rate"] = matched / len(self.dev.events) if self.dev.events else 1.0
+        sources = sorted({p.module.source for p in self.placed if p.module is not None})
+        self.trace.metadata["hlo_source"] = ",".join(sources) or "none"
+        return self.trace
+
+    def _resolve(self, ev: DeviceEvent) -> tuple[hlo.HloModule | None, hlo.Instruction | None]:
+        module = self.modules.get(ev.module_key) or self.modules.get(ev.module_key.split("(")[0])
+        inst = module.instruction(ev.name) if module is not None else None
+        if inst is None and ev.text is not None:  # TPU: the event name is the instruction
+            module = self.text_modules.setdefault(ev.module_key, hlo.HloModule(ev.module_key, source="event text"))
+            inst = module.instruction(ev.name)
+            if inst is None:
+                try:
+                    inst = hlo.parse_instruction(ev.text)
+                except hlo.HloParseError as err:
+                    self.trace.warnings.append(f"{self.dev.plane}: op {ev.name!r}: {err}")
+                    return None, None
+                module.add(hlo.Computation(f"{ev.name}.event", [inst]))
+        return (module, inst) if inst is not None else (None, None)
+
+    # -- ops ------------------------------------------------------------------------------
+
+    def _new_op(self, ev: DeviceEvent, kind: OpKind, name: str | None = None) -> Op:
+        op = Op(uid=len(self.trace.ops), name=name or ev.name, kind=kind, on_device=True, lane=ev.lane,
+                start_ps=ev.start_ps, dur_ps=ev.dur_ps, flops=ev.flops, bytes=ev.bytes_accessed)
+        if ev.module_key:
+            op.attrs["hlo_module"] = ev.module_key
+        if ev.category:
+            op.attrs["hlo_category"] = ev.category
+        self.trace.ops.append(op)
+        return op
+
+    def _make_ops(self, ev: DeviceEvent, module: hlo.HloModule | None, inst: hlo.Instruction | None) -> list[int]:
+        if inst is None or module is None:
+            return [self._new_op(ev, OpKind.COMPUTE).uid]
+        if ev.transfer or (inst.opcode == "copy-start" and not self._has_transfers()):
+            direction = hlo.host_offload_direction(module, inst)
+            if direction is not None:
+                op = self._new_op(ev, OpKind.MEM_LOAD if direction == "load" else OpKind.MEM_STORE,
+                                  f"{inst.name}:{'host_to_device' if direction == 'load' else 'device_to_host'}")
+                op.bytes = module.operand_bytes(inst)
+                return [op.uid]
+        coll = hlo.collective_of(module, inst)
+        if coll is None:
+            op = self._new_op(ev, OpKind.COMPUTE)
+            self._describe(op, module, inst)
+            return [op.uid]
+        if coll.kind == "collective-permute":
+            return self._permute_ops(ev, module, inst, coll)
+        op = self._new_op(ev, OpKind.COLLECTIVE)
+        op.comm = CommInfo(size_bytes=coll.size_bytes, comm_type=COMM_TYPES[coll.kind])
+        group = _group_of(coll.replica_groups, self.dev.ordinal)
+        if group is not None:
+            op.attrs["_group"] = list(group)  # replaced by a group id once all devices are linked
+        self._describe(op, module, inst)
+        return [op.uid]
+
+    def _has_transfers(self) -> bool:
+        return any(e.transfer for e in self.dev.events)
+
+    def _permute_ops(self, ev: DeviceEvent, module: hlo.HloModule, inst: hlo.Instruction,
+                     coll: hlo.Collective) -> list[int]:
+        """One SEND per target and one RECV per source this device has in the pairs."""
+        me = self.dev.ordinal
+        tag = self._tag(ev, inst)
+        uids: list[int] = []
+        for src, dst in coll.source_target_pairs:
+            if me not in (src, dst) or src == dst:
+                continue
+            kind = OpKind.SEND if src == me else OpKind.RECV
+            op = self._new_op(ev, kind, f"{inst.name}:{'send' if kind == OpKind.SEND else 'recv'}")
+            op.comm = CommInfo(size_bytes=coll.size_bytes, src=src, dst=dst, tag=tag)
+            self._describe(op, module, inst)
+            uids.append(op.uid)
+        if not uids:  # this device only takes part as a bystander
+            op = self._new_op(ev, OpKind.COMPUTE)
+            self._describe(op, module, inst)
+            uids.append(op.uid)
+        return uids
+
+    def _tag(self, ev: DeviceEvent, inst: hlo.Instruction) -> int:
+        """Same on sender and receiver: the k-th run of the module and the instruction."""
+        runs = self.runs.setdefault(ev.module_key, [])
+        if ev.exec_key not in runs:
+            runs.append(ev.exec_key)
+        run = runs.index(ev.exec_key)
+        return (run * 65536 + (zlib.crc32(f"{ev.module_key}/{inst.name}".encode()) & 0xFFFF)) % (2**31)
+
+    def _describe(self, op: Op, module: hlo.HloModule, inst: hlo.Instruction) -> None:
+        op.attrs["hlo_op"] = inst.name
+        op.attrs["hlo_opcode"] = inst.opcode
+        op.outputs = _tensor_io([inst.shape])
+        if inst.operands:
+            op.inputs = _tensor_io([module.operand_shape(inst, i) for i in range(len(inst.operands))])
+
+    # -- edges ----------------------------------------------------------------------------
+
+    def _data_edges(self) -> None:
+        """Producer -> consumer through HLO operands, within one run of one module."""
+        index: dict[tuple[object, str, str], tuple[list[int], list[int]]] = {}
+        executed: dict[str, set[str]] = {}
+        for p in self.placed:
+            if p.inst is None:
+                continue
+            name = p.inst.name + ("#transfer" if p.event.transfer else "")
+            starts, uids = index.setdefault((p.event.module_key, str(p.event.exec_key), name), ([], []))
+            starts.append(p.event.start_ps)
+            uids.append(p.uids[-1])
+            executed.setdefault(p.event.module_key, set()).add(p.inst.name)
+        memo: dict[tuple[str, str], tuple[str, ...]] = {}
+        edges = self.trace.edges
+        seen: set[tuple[int, int]] = set()
+        for p in self.placed:
+            if p.inst is None or p.module is None:
+                continue
+            run = (p.event.module_key, str(p.event.exec_key))
+            if p.event.transfer:  # copy-start issues the transfer
+                producers: tuple[str, ...] = (p.inst.name,)
+            else:
+                producers = _producers(p.module, p.inst, executed.get(run[0], set()), memo)
+                start_name = hlo.async_start_of(p.inst)
+                if start_name is not None and (run + (start_name + "#transfer",)) in index:
+                    producers = producers + (start_name + "#transfer",)
+            for prod in producers:
+                found = index.get(run + (prod,))
+                if found is None:
+                    continue
+                starts, uids = found
+                k = bisect.bisect_right(starts, p.event.start_ps) - 1
+                if k < 0:
+                    continue
+                for dst in p.uids:
+                    src = uids[k]
+                    # uids follow start order, so src < dst keeps the graph acyclic
+                    if src < dst and src not in p.uids and (src, dst) not in seen:
+                        seen.add((src, dst))
+                        edges.append(Edge(src, dst, EdgeKind.DATA))
+
+    def _stream_edges(self) -> None:
+        """Each op waits for the latest op on its lane that had finished when it started.
+
+        Ops of one event (a SEND and a RECV of one permute) are concurrent and all follow it."""
+        by_lane: dict[str, list[_Placed]] = {}
+        for p in self.placed:
+            by_lane.setdefault(p.event.lane, []).append(p)
+        for placed in by_lane.values():
+            running: list[tuple[int, int, int]] = []  # heap of (end, order, index)
+            last: int | None = None
+            for i, p in enumerate(placed):
+                start = p.event.start_ps
+                while running and running[0][0] <= start:
+                    end, _, j = heapq.heappop(running)
+                    if last is None or (placed[last].event.start_ps + placed[last].event.dur_ps, last) <= (end, j):
+                        last = j
+                if last is not None:
+                    for src in placed[last].uids:
+                        for dst in p.uids:
+                            self.trace.edges.append(Edge(src, dst, EdgeKind.STREAM_ORDER))
+                heapq.heappush(running, (start + p.event.dur_ps, i, i))
+
+
+def _producers(module: hlo.HloModule, inst: hlo.Instruction, executed: set[str],
+               memo: dict[tuple[str, str], tuple[str, ...]]) -> tuple[str, ...]:
+    """Executed instructions whose results ``inst`` reads, looking through the ones that never
+    run as an op of their own (parameter, tuple, get-tuple-element, bitcast, constant ...)."""
+    out: list[str] = []
+    for name in inst.operands:
+        if name in executed:
+            out.append(name)
+            continue
+        key = (module.name, name)
+        if key not in memo:
+            memo[key] = ()  # guards against cycles through loop-carried values
+            producer = module.instruction(name)
+            memo[key] = _producers(module, producer, executed, memo) if producer is not None else ()
+        out.extend(memo[key])
+    return tuple(dict.fromkeys(out))
+
+
+def _group_of(groups: list[list[int]] | None, device: int) -> tuple[int, ...] | None:
+    if not groups:
+        return None  # no groups: all devices
+    for group in groups:
+        if device in group:
+            return tuple(group)
+    return None
+
+
+def _assign_groups(traces: list[LinkedTrace]) -> None:
+    """Give every distinct replica group one id, the same in every trace of the file
+    (ids 1.. in sorted order of the member lists; None stays "all devices")."""
+    all_groups: set[tuple[int, ...]] = set()
+    for trace in traces:
+        for op in trace.ops:
+            members = op.attrs.get("_group")
+            if members is not None:
+                all_groups.add(tuple(members))
+    ids = {g: i for i, g in enumerate(sorted(all_groups), start=1)}
+    for trace in traces:
+        trace.groups = {i: list(g) for g, i in ids.items()}
+        for op in trace.ops:
+            members = op.attrs.pop("_group", None)
+            if members is not None and op.comm is not None:
+                op.comm.group = ids[tuple(members)]
+
+
+def _tensor_io(shapes: list[hlo.Shape | None]) -> TensorIO:
+    flat: list[hlo.Shape | None] = []
+    for s in shapes:
+        flat.extend(s.elements if s is not None and s.is_tuple else [s])
+    return TensorIO(
+        values="",
+        shapes=orjson.dumps([list(s.dims) if s is not None else [] for s in flat]).decode(),
+        types=orjson.dumps([s.dtype if s is not None else "" for s in flat]).decode(),
+    )
