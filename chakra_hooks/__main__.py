@@ -1,0 +1,3 @@
+from chakra_hooks.cli import main
+
+main()

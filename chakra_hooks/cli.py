@@ -1,0 +1,156 @@
+"""The `chakra-hooks` command line: convert, inspect, validate."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+import orjson
+
+from chakra_hooks import __version__
+from chakra_hooks.errors import TraceFormatError
+
+ET_SUFFIXES = (".et", ".et.gz")
+
+
+def _fail(message: str) -> None:
+    click.echo(f"chakra-hooks: error: {message}", err=True)
+    sys.exit(1)
+
+
+def _et_files(paths: tuple[str, ...]) -> Iterator[Path]:
+    """The files named, and the ETs inside folders named (in rank order)."""
+    for item in paths:
+        path = Path(item)
+        if path.is_dir():
+            found = [p for p in path.iterdir() if p.name.endswith(ET_SUFFIXES)]
+            if not found:
+                _fail(f"{path}: no .et or .et.gz files in this folder")
+            yield from sorted(found, key=_rank_order)
+        elif path.exists():
+            yield path
+        else:
+            _fail(f"{path}: no such file or directory")
+
+
+def _rank_order(path: Path) -> tuple[str, int]:
+    stem = path.name.removesuffix(".gz").removesuffix(".et")
+    prefix, _, rank = stem.rpartition(".")
+    return (prefix, int(rank)) if rank.isdigit() else (stem, -1)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="chakra-hooks")
+def main() -> None:
+    """Record ML runs and convert them to MLCommons Chakra execution traces."""
+
+
+@main.command()
+@click.argument("inputs", nargs=-1, required=True, type=click.Path())
+@click.option("-o", "--output", "outdir", required=True, type=click.Path(file_okay=False),
+              help="Folder for <prefix>.<rank>.et and comm_group.json.")
+@click.option("--prefix", default="chakra", show_default=True, help="Output file prefix.")
+@click.option("--target", type=click.Choice(["full", "astra-sim"]), default="full", show_default=True,
+              help="full: every node kind, for analysis and replay; astra-sim: only what ASTRA-sim runs.")
+@click.option("--json", "write_json", is_flag=True, help="Also write ASTRA-sim's JSON workload twin of each ET.")
+@click.option("--keep-mem", is_flag=True, help="With --target astra-sim: keep MEM_LOAD/MEM_STORE nodes.")
+@click.option("-j", "--jobs", type=int, default=None, help="Ranks converted in parallel [default: CPU count].")
+def convert(inputs: tuple[str, ...], outdir: str, prefix: str, target: str, write_json: bool,
+            keep_mem: bool, jobs: int | None) -> None:
+    """Convert traces (files or folders) into one Chakra ET per rank."""
+    from chakra_hooks.convert import convert_paths
+
+    def warn(message: str) -> None:
+        click.echo(f"chakra-hooks: warning: {message}", err=True)
+
+    try:
+        result = convert_paths(inputs, outdir, prefix=prefix, target=target, write_json=write_json,
+                               keep_mem=keep_mem, workers=jobs, warn=warn)
+    except (TraceFormatError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    click.echo(_table(result))
+
+
+def _table(result) -> str:
+    header = f"{'rank':>4} {'nodes':>8} {'comp':>8} {'coll':>5} {'p2p':>5} {'mem':>5} {'dur us':>12} " \
+             f"{'comm bytes':>14} {'linked':>7}  file"
+    lines = [header]
+    for r in result.ranks:
+        s = r.summary
+        by = s["by_type"]
+        p2p = by.get("COMM_SEND_NODE", 0) + by.get("COMM_RECV_NODE", 0)
+        mem = by.get("MEM_LOAD_NODE", 0) + by.get("MEM_STORE_NODE", 0)
+        rate = r.stats.get("match_rate")
+        lines.append(f"{r.rank:>4} {s['nodes']:>8,} {by.get('COMP_NODE', 0):>8,} {by.get('COMM_COLL_NODE', 0):>5} "
+                     f"{p2p:>5} {mem:>5} {s['duration_us']:>12,} {s['comm_bytes']:>14,} "
+                     f"{(f'{100 * rate:.1f}%' if rate is not None else '-'):>7}  {', '.join(r.files)}")
+    if result.comm_group is not None:
+        lines.append(f"process groups: {result.comm_group}")
+    lines.append(f"wrote {len(result.ranks)} rank(s) to {result.outdir}")
+    return "\n".join(lines)
+
+
+@main.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per file, one per line.")
+def inspect(files: tuple[str, ...], as_json: bool) -> None:
+    """Summarise Chakra ET files (or the ETs in a folder)."""
+    from chakra_hooks.converter import etio
+    from chakra_hooks.converter import inspect as summary
+
+    per_rank = []
+    for path in _et_files(files):
+        try:
+            et = etio.read_et(path)
+        except TraceFormatError as exc:
+            _fail(str(exc))
+        result = summary.summarize(str(path), et.metadata, et.nodes)
+        per_rank.append(result)
+        click.echo(orjson.dumps(result.to_json()).decode() if as_json else summary.render(result))
+    if not as_json and len(per_rank) > 1:
+        ranks = [r.rank for r in per_rank if r.rank is not None]
+        click.echo(f"{len(per_rank)} files, ranks {ranks}; nodes per rank {[r.nodes for r in per_rank]}")
+
+
+@main.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="One JSON report per file, one per line.")
+@click.option("--target", type=click.Choice(["chakra", "astra-sim"]), default="chakra", show_default=True,
+              help="astra-sim: also what the simulator refuses (METADATA/MEM nodes, unsimulated collectives).")
+@click.option("--limit", type=int, default=20, show_default=True, help="Problems listed per check (human form).")
+def validate(files: tuple[str, ...], as_json: bool, target: str, limit: int) -> None:
+    """Check Chakra ETs against what their consumers require; exit 1 on any problem."""
+    from chakra_hooks.converter import etio
+    from chakra_hooks.converter.validate import validate as check
+
+    failed = False
+    for path in _et_files(files):
+        try:
+            et = etio.read_et(path)
+        except TraceFormatError as exc:
+            _fail(str(exc))
+        report = check(str(path), et.metadata, et.nodes, target=target)
+        failed |= not report.ok
+        if as_json:
+            click.echo(orjson.dumps({
+                "path": report.path, "ok": report.ok, "nodes": report.nodes, "counts": report.counts(),
+                "problems": [{"check": p.check, "node": p.node, "message": p.message} for p in report.problems],
+            }).decode())
+            continue
+        click.echo(f"{path}: {'ok' if report.ok else 'FAILED'} ({report.nodes:,} nodes)")
+        shown: dict[str, int] = {}
+        for problem in report.problems:
+            shown[problem.check] = shown.get(problem.check, 0) + 1
+            if shown[problem.check] <= limit:
+                where = f"node {problem.node}" if problem.node is not None else "file"
+                click.echo(f"  {problem.check}: {where}: {problem.message}")
+        for name, count in report.counts().items():
+            if count > limit:
+                click.echo(f"  {name}: ... {count - limit} more ({count} in all)")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+"""`convert`: find every rank's raw files, link and convert them in parallel, write the ETs.
+
+Nothing is written into the output folder until every rank has converted: files are staged in
+a hidden folder beside them and moved in at the end, so a failure leaves no partial output.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.linker.sources import DISCOVERERS, LOADERS, RankJob
+
+OUTPUT_SUFFIXES = (".et", ".et.gz")
+COMM_GROUP_FILE = "comm_group.json"
+
+
+@dataclass
+class RankResult:
+    """What one converted rank looks like, for the summary table and for callers."""
+
+    rank: int
+    files: list[str]
+    summary: dict[str, object]  # converter.inspect.Summary.to_json()
+    stats: dict[str, float | int]
+    groups: dict[int, list[int]]
+    warnings: list[str]
+    source: str
+
+
+@dataclass
+class ConvertResult:
+    outdir: Path
+    ranks: list[RankResult]
+    comm_group: Path | None
+    warnings: list[str] = field(default_factory=list)
+
+
+def _resolve(spec: str) -> Callable | None:
+    module_name, func = spec.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name:  # that format's reader is not part of this build
+            return None
+        raise
+    return getattr(module, func)
+
+
+def expand_inputs(inputs: Sequence[str | os.PathLike]) -> list[Path]:
+    """Files named, plus every file below folders named (sorted), minus Chakra outputs."""
+    files: list[Path] = []
+    for item in inputs:
+        path = Path(item)
+        if path.is_dir():
+            files.extend(p for p in sorted(path.rglob("*")) if p.is_file() and not p.name.startswith("."))
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise FileNotFoundError(f"{path}: no such file or directory")
+    return [f for f in files if not f.name.endswith(OUTPUT_SUFFIXES) and f.name != COMM_GROUP_FILE]
+
+
+def discover(inputs: Sequence[str | os.PathLike], warn: Callable[[str], None]) -> list[RankJob]:
+    """Every conversion job found in the inputs, in rank order."""
+    remaining = expand_inputs(inputs)
+    jobs: list[RankJob] = []
+    for name, spec in DISCOVERERS.items():
+        discoverer = _resolve(spec)
+        if discoverer is None or not remaining:
+            continue
+        found, claimed = discoverer(remaining, warn)
+        jobs.extend(found)
+        remaining = [f for f in remaining if f not in claimed]
+    return sorted(jobs, key=lambda job: (job.rank is None, job.rank if job.rank is not None else 0))
+
+
+def convert_job(job: RankJob, staging: str, prefix: str, target: str, write_json: bool,
+                keep_mem: bool) -> list[RankResult]:
+    """Load one job, build and write its graphs. Runs in a worker process."""
+    from chakra_hooks.converter import etio, graph, inspect
+
+    loader = _resolve(LOADERS[job.format])
+    if loader is None:
+        raise RuntimeError(f"no loader for {job.format} in this build")
+    results = []
+    for trace in loader(job):
+        chakra = graph.build_graph(trace, target=target, keep_mem=keep_mem)
+        path = Path(staging) / f"{prefix}.{trace.rank}.et"
+        etio.write_et(path, chakra.metadata, chakra.nodes)
+        files = [path.name]
+        if write_json:
+            json_path = path.with_suffix(".json")
+            etio.write_workload_json(json_path, chakra.nodes)
+            files.append(json_path.name)
+        summary = inspect.summarize(path.name, chakra.metadata, chakra.nodes).to_json()
+        results.append(RankResult(trace.rank, files, summary, {**trace.stats, **chakra.stats},
+                                  chakra.groups, chakra.warnings, job.describe()))
+    return results
+
+
+def _merge_groups(results: list[RankResult]) -> tuple[dict[int, list[int]], list[str]]:
+    groups: dict[int, list[int]] = {}
+    problems = []
+    for result in results:
+        for gid, ranks in result.groups.items():
+            if gid in groups and groups[gid] != list(ranks):
+                problems.append(f"process group {gid}: rank {result.rank} says {list(ranks)}, "
+                                f"another rank says {groups[gid]}")
+            groups.setdefault(gid, list(ranks))
+    return dict(sorted(groups.items())), problems
+
+
+def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike, *, prefix: str = "chakra",
+                  target: str = "full", write_json: bool = False, keep_mem: bool = False,
+                  workers: int | None = None, progress: bool | None = None,
+                  warn: Callable[[str], None] | None = None) -> ConvertResult:
+    """Convert every rank found in ``inputs`` into ``outdir``. Raises TraceFormatError on bad input."""
+    warnings: list[str] = []
+
+    def note(message: str) -> None:
+        warnings.append(message)
+        if warn is not None:
+            warn(message)
+
+    jobs = discover(inputs, note)
+    if not jobs:
+        raise TraceFormatError(", ".join(map(str, inputs)), "inputs",
+                               "PyTorch ET / Kineto JSON or XSpace (.xplane.pb) files; found none")
+    out = Path(outdir)
+    out.mkdir(parents=True, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".chakra-hooks-", dir=out)
+    try:
+        results = _run_jobs(jobs, staging, prefix, target, write_json, keep_mem, workers, progress)
+        ranks = [r.rank for r in results]
+        duplicates = sorted({r for r in ranks if ranks.count(r) > 1})
+        if duplicates:
+            raise TraceFormatError(", ".join(map(str, inputs)), f"ranks {duplicates}",
+                                   "one set of traces per rank, found several")
+        groups, problems = _merge_groups(results)
+        for problem in problems:
+            note(problem)
+        for result in results:
+            for message in result.warnings:
+                note(f"rank {result.rank}: {message}")
+        comm_group = None
+        if groups:
+            (Path(staging) / COMM_GROUP_FILE).write_bytes(
+                orjson.dumps({str(k): v for k, v in groups.items()}, option=orjson.OPT_INDENT_2))
+            comm_group = out / COMM_GROUP_FILE
+        for name in os.listdir(staging):
+            os.replace(Path(staging) / name, out / name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return ConvertResult(out, results, comm_group, warnings)
+
+
+def _run_jobs(jobs: list[RankJob], staging: str, prefix: str, target: str, write_json: bool,
+              keep_mem: bool, workers: int | None, progress: bool | None) -> list[RankResult]:
+    from tqdm import tqdm
+
+    args = (staging, prefix, target, write_json, keep_mem)
+    workers = min(workers or os.cpu_count() or 1, len(jobs))
+    bar = tqdm(total=len(jobs), unit="rank", desc="convert", disable=(not progress) if progress is not None else None,
+               leave=False)
+    results: list[RankResult] = []
+    try:
+        if workers <= 1:
+            for job in jobs:
+                results.extend(convert_job(job, *args))
+                bar.update()
+        else:
+            with ProcessPoolExecutor(max_workers=workers) as pool:
+                futures = [pool.submit(convert_job, job, *args) for job in jobs]
+                for future in as_completed(futures):
+                    results.extend(future.result())
+                    bar.update()
+    finally:
+        bar.close()
+    return sorted(results, key=lambda r: r.rank)

@@ -1,0 +1,288 @@
+"""Read and write Chakra ET files.
+
+The file is a stream of protobuf messages, each preceded by its length as a varint: first the
+``GlobalMetadata``, then one ``Node`` per message, optionally gzip-compressed (magic ``1f 8b``).
+
+Speed: decoding node by node costs one Python call per node. Instead the reader walks the
+length prefixes once, re-frames the node part as the single message ``NodeStream`` (each node
+becomes field 1: the tag byte ``0x0A`` followed by the very bytes of the original length prefix
+and message) and lets protobuf's C parser decode the whole file in one call. Writing goes the
+other way: one ``SerializeToString`` per node plus a cached varint prefix.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import tempfile
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+from google.protobuf.message import DecodeError
+
+from chakra_hooks.errors import TraceFormatError
+
+from .schema import GlobalMetadata, Node, NodeStream
+
+GZIP_MAGIC = b"\x1f\x8b"
+NODE_TAG = b"\x0a"  # field 1, wire type 2 (length-delimited)
+
+# Length prefixes below this size are looked up instead of encoded in Python.
+_VARINT_CACHE_SIZE = 1 << 14
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_VARINTS = [_encode_varint(n) for n in range(_VARINT_CACHE_SIZE)]
+
+
+def encode_varint(value: int) -> bytes:
+    """The protobuf base-128 varint encoding of a non-negative integer."""
+    return _VARINTS[value] if value < _VARINT_CACHE_SIZE else _encode_varint(value)
+
+
+@dataclass(slots=True)
+class EtFile:
+    """A decoded ET: its metadata and its nodes, in file order."""
+
+    path: Path
+    metadata: GlobalMetadata
+    nodes: Sequence[Node]
+    compressed: bool
+    size_bytes: int  # uncompressed stream size
+
+
+def read_bytes(path: str | os.PathLike) -> tuple[bytes, bool]:
+    """The file's bytes, gunzipped when they start with the gzip magic."""
+    raw = Path(path).read_bytes()
+    if not raw.startswith(GZIP_MAGIC):
+        return raw, False
+    try:
+        return gzip.decompress(raw), True
+    except (EOFError, OSError, zlib.error) as exc:
+        raise TraceFormatError(path, "gzip stream", f"a complete gzip file ({exc})") from exc
+
+
+def split_frames(buf: bytes, path: str | os.PathLike = "<bytes>") -> list[bytes]:
+    """Split a stream into its frames, each with its own length prefix.
+
+    Validates the framing: every prefix complete, no zero-length message, no message running
+    past the end of the file. This loop runs once per node, so it is written for speed: one-
+    and two-byte length prefixes (messages under 16 KiB) are decoded inline.
+    """
+    frames: list[bytes] = []
+    add = frames.append
+    pos, end = 0, len(buf)
+    while pos < end:
+        start = pos
+        size = buf[pos]
+        if size < 0x80:
+            pos += 1
+        elif pos + 1 < end and buf[pos + 1] < 0x80:
+            size = (size & 0x7F) | (buf[pos + 1] << 7)
+            pos += 2
+        else:
+            size, pos = _decode_long_varint(buf, start, path)
+        if size == 0:
+            raise TraceFormatError(path, f"byte {start}", "a non-empty message (zero length prefix)")
+        pos += size
+        if pos > end:
+            raise TraceFormatError(
+                path, f"byte {start}",
+                f"a message of {size} bytes, but the file ends {pos - end} bytes early (truncated?)",
+            )
+        add(buf[start:pos])
+    return frames
+
+
+def _decode_long_varint(buf: bytes, start: int, path: str | os.PathLike) -> tuple[int, int]:
+    """Decode a varint of two or more bytes at ``start``; returns (value, next offset)."""
+    value, shift, pos = 0, 0, start
+    while True:
+        if pos >= len(buf):
+            raise TraceFormatError(path, f"byte {start}", "a complete length prefix (the file ends inside it)")
+        byte = buf[pos]
+        value |= (byte & 0x7F) << shift
+        pos += 1
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise TraceFormatError(path, f"byte {start}", "a varint length prefix of at most 10 bytes")
+
+
+def _payload(frame: bytes) -> bytes:
+    """The message bytes of a frame: skip its length prefix."""
+    pos = 0
+    while frame[pos] & 0x80:
+        pos += 1
+    return frame[pos + 1:]
+
+
+def decode_et(buf: bytes, path: str | os.PathLike = "<bytes>") -> tuple[GlobalMetadata, Sequence[Node]]:
+    """Decode an uncompressed ET stream; raises TraceFormatError naming the bad record.
+
+    Node types outside the schema's enum are not rejected here (protobuf enums are open);
+    ``validate`` and ``inspect`` report them with the node id.
+    """
+    return decode_frames(split_frames(buf, path), path)
+
+
+def decode_frames(frames: list[bytes], path: str | os.PathLike) -> tuple[GlobalMetadata, Sequence[Node]]:
+    """Decode split frames. Consumes ``frames`` (emptied to free memory before the parse)."""
+    if not frames:
+        raise TraceFormatError(path, "byte 0", "a GlobalMetadata message first (the file is empty)")
+    metadata = GlobalMetadata()
+    try:
+        metadata.ParseFromString(_payload(frames[0]))
+    except DecodeError as exc:
+        raise TraceFormatError(path, "byte 0", f"a GlobalMetadata message first, not a Node or other data ({exc})") from exc
+    stream = NodeStream()
+    if len(frames) > 1:
+        # Tag every frame as field 1 of NodeStream: one C-level parse for the whole file.
+        metadata_len, frames[0] = len(frames[0]), b""
+        joined = NODE_TAG.join(frames)
+        frames.clear()
+        try:
+            stream.ParseFromString(joined)
+        except DecodeError:
+            _raise_first_bad_node(joined, metadata_len, path)
+            raise
+    return metadata, stream.nodes
+
+
+def _raise_first_bad_node(joined: bytes, metadata_len: int, path: str | os.PathLike) -> None:
+    """Slow path, only after a failed bulk decode: find the node that does not decode.
+
+    ``joined`` holds the node frames, each behind one tag byte; node #k therefore starts at
+    (its place in ``joined``) - (k + 1) + ``metadata_len`` in the original file.
+    """
+    pos, index = 0, 0
+    while pos < len(joined):
+        prefix = pos + 1  # skip the tag byte
+        if joined[prefix] & 0x80:
+            size, body = _decode_long_varint(joined, prefix, path)
+        else:
+            size, body = joined[prefix], prefix + 1
+        try:
+            Node.FromString(joined[body:body + size])
+        except DecodeError as exc:
+            where = f"node #{index} at byte {prefix - (index + 1) + metadata_len}"
+            raise TraceFormatError(path, where, f"a Chakra Node message ({exc})") from exc
+        pos, index = body + size, index + 1
+
+
+def read_et(path: str | os.PathLike) -> EtFile:
+    """Read a whole ET file (plain or gzip-compressed)."""
+    buf, compressed = read_bytes(path)
+    size = len(buf)
+    frames = split_frames(buf, path)
+    del buf  # the frames hold a copy; keep at most two copies of the file alive at once
+    metadata, nodes = decode_frames(frames, path)
+    return EtFile(Path(path), metadata, nodes, compressed, size)
+
+
+def encode_et(metadata: GlobalMetadata, nodes: Iterable[Node]) -> Iterable[bytes]:
+    """The framed stream, piece by piece (metadata first)."""
+    body = metadata.SerializeToString()
+    yield encode_varint(len(body))
+    yield body
+    for node in nodes:
+        body = node.SerializeToString()
+        if not body:
+            # An empty message would end the reference reader early; a node always has an id or name.
+            raise ValueError("refusing to write an empty Node message (id 0, no fields)")
+        yield encode_varint(len(body))
+        yield body
+
+
+def atomic_write(path: str | os.PathLike, pieces: Iterable[bytes], compress: bool | None = None) -> int:
+    """Write pieces to ``path`` through a temporary file in the same folder, then rename.
+
+    ``compress`` defaults to whether the name ends in ``.gz``. Returns bytes written (before
+    compression). On any error the temporary file is removed and ``path`` is left untouched.
+    """
+    target = Path(path)
+    if compress is None:
+        compress = target.suffix == ".gz"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    written = 0
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            # mtime=0 keeps compressed output reproducible byte for byte.
+            out = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) if compress else raw
+            batch: list[bytes] = []
+            for piece in pieces:
+                batch.append(piece)
+                if len(batch) >= 8192:
+                    chunk = b"".join(batch)
+                    out.write(chunk)
+                    written += len(chunk)
+                    batch.clear()
+            chunk = b"".join(batch)
+            out.write(chunk)
+            written += len(chunk)
+            if compress:
+                out.close()
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return written
+
+
+def write_et(path: str | os.PathLike, metadata: GlobalMetadata, nodes: Iterable[Node], compress: bool | None = None) -> int:
+    """Write an ET atomically; ``.gz`` names are gzip-compressed. Returns the stream size."""
+    return atomic_write(path, encode_et(metadata, nodes), compress)
+
+
+def _attr_value(attr: object) -> object:
+    which = attr.WhichOneof("value")
+    if which is None:
+        return None
+    value = getattr(attr, which)
+    return list(value.values) if which.endswith("_list") else value
+
+
+# Keys of ASTRA-sim's JSON workload format, by the attribute names they come from.
+_WORKLOAD_ATTRS = ("tensor_size", "comm_type", "comm_priority", "comm_size", "comm_src", "comm_dst", "comm_tag")
+
+
+def workload_entry(node: Node) -> dict[str, object]:
+    """One node as an entry of ASTRA-sim's JSON workload format.
+
+    The format has a single dependency list, so ``data_deps`` carries both dependency kinds.
+    """
+    attrs = {attr.name: attr for attr in node.attr}
+    entry: dict[str, object] = {
+        "Id": node.id,
+        "Name": node.name,
+        "NodeType": node.type,
+        "is_cpu_op": bool(attrs["is_cpu_op"].bool_val) if "is_cpu_op" in attrs else False,
+        "runtime": node.duration_micros,
+        "data_deps": list(dict.fromkeys([*node.data_deps, *node.ctrl_deps])),
+    }
+    for key in _WORKLOAD_ATTRS:
+        if key in attrs:
+            entry[key] = _attr_value(attrs[key])
+    return entry
+
+
+def write_workload_json(path: str | os.PathLike, nodes: Iterable[Node]) -> int:
+    """Write ASTRA-sim's ``{"workload_graph": [...]}`` JSON twin of an ET, atomically."""
+    document = {"workload_graph": [workload_entry(node) for node in nodes]}
+    return atomic_write(path, [orjson.dumps(document)])

@@ -1,0 +1,260 @@
+"""Linked trace -> Chakra graph.
+
+This module knows nothing about Kineto, the PyTorch ET or XSpace: it maps ``linker.model``
+ops and edges onto Chakra nodes, with the attribute oneofs consumers read, and guarantees what
+every consumer needs: unique ids, every dependency naming a node of the same file, no
+self-dependency, no cycle.
+
+Targets:
+- ``full``: everything the linked trace holds (METADATA, MEM_LOAD / MEM_STORE, every collective
+  type), for analysis and replay tools.
+- ``astra-sim``: only what ASTRA-sim accepts. METADATA nodes are dropped and their dependants
+  inherit their dependencies; MEM nodes become COMP nodes of the same duration (unless
+  ``keep_mem``); collectives ASTRA-sim does not simulate become COMP nodes replayed from their
+  measured duration. Timing and dependencies are kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from chakra_hooks import __version__
+from chakra_hooks.linker.model import PS_PER_US, CommType, EdgeKind, LinkedTrace, Op, OpKind
+
+from .attrs import make_attr
+from .schema import AttributeProto, GlobalMetadata, IOInfo, Node, NodeType
+
+CHAKRA_SCHEMA_VERSION = "0.0.4"
+TARGETS = ("full", "astra-sim")
+
+_NODE_TYPE = {
+    OpKind.COMPUTE: NodeType.Value("COMP_NODE"),
+    OpKind.COLLECTIVE: NodeType.Value("COMM_COLL_NODE"),
+    OpKind.SEND: NodeType.Value("COMM_SEND_NODE"),
+    OpKind.RECV: NodeType.Value("COMM_RECV_NODE"),
+    OpKind.MEM_LOAD: NodeType.Value("MEM_LOAD_NODE"),
+    OpKind.MEM_STORE: NodeType.Value("MEM_STORE_NODE"),
+    OpKind.METADATA: NodeType.Value("METADATA_NODE"),
+}
+_COMM_KINDS = frozenset({OpKind.COLLECTIVE, OpKind.SEND, OpKind.RECV})
+# Collectives ASTRA-sim simulates, plus BROADCAST, which it replays from the node's duration.
+ASTRA_SIM_COLLECTIVES = frozenset({CommType.ALL_REDUCE, CommType.ALL_GATHER, CommType.ALL_TO_ALL,
+                                   CommType.REDUCE_SCATTER, CommType.BROADCAST})
+
+
+@dataclass
+class ChakraGraph:
+    """One Chakra ET in memory, ready for ``etio.write_et``."""
+
+    rank: int
+    metadata: GlobalMetadata
+    nodes: list[Node]
+    groups: dict[int, list[int]]
+    stats: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def round_us(ps: int) -> int:
+    """Picoseconds to whole microseconds, rounded half up (never truncated)."""
+    return (ps + PS_PER_US // 2) // PS_PER_US
+
+
+def build_graph(trace: LinkedTrace, target: str = "full", keep_mem: bool = False) -> ChakraGraph:
+    """Turn one linked trace into one Chakra graph."""
+    if target not in TARGETS:
+        raise ValueError(f"unknown target {target!r}; expected one of {', '.join(TARGETS)}")
+    ops = _retarget(trace.ops, target, keep_mem)
+    deps, stats = _resolve_edges(trace, {op.uid: op for op in ops}, target)
+    exact_unit = "ns" if all(_whole_ns(op) for op in ops) else "ps"
+    nodes = [_make_node(op, deps.get(op.uid), exact_unit) for op in ops]
+    stats.update(nodes=len(nodes), ops=len(trace.ops))
+    metadata = _make_metadata(trace, target, exact_unit)
+    return ChakraGraph(trace.rank, metadata, nodes, dict(trace.groups), stats, list(trace.warnings))
+
+
+def _whole_ns(op: Op) -> bool:
+    return (op.start_ps or 0) % 1000 == 0 and (op.dur_ps or 0) % 1000 == 0
+
+
+def _retarget(ops: list[Op], target: str, keep_mem: bool) -> list[Op]:
+    """The ops to emit, with kinds changed where the target does not accept them."""
+    if target == "full":
+        return ops
+    out: list[Op] = []
+    for op in ops:
+        kind = op.kind
+        if kind == OpKind.METADATA:
+            continue
+        if (kind in (OpKind.MEM_LOAD, OpKind.MEM_STORE) and not keep_mem) or (
+                kind == OpKind.COLLECTIVE and (op.comm is None or op.comm.comm_type not in ASTRA_SIM_COLLECTIVES)):
+            attrs = dict(op.attrs, replayed_as_compute=kind.name)
+            op = Op(op.uid, op.name, OpKind.COMPUTE, op.on_device, op.lane, op.start_ps, op.dur_ps,
+                    None, op.bytes, op.flops, op.inputs, op.outputs, attrs)
+        out.append(op)
+    return out
+
+
+def _resolve_edges(trace: LinkedTrace, kept: dict[int, Op], target: str) -> tuple[dict[int, tuple[list, list]], dict]:
+    """Per node (data_deps, ctrl_deps): dropped ops bypassed, invalid edges removed, no cycles."""
+    known = {op.uid for op in trace.ops}
+    incoming: dict[int, dict[int, EdgeKind]] = {}
+    stats = {"edges_in": len(trace.edges), "edges_missing_end": 0, "edges_self": 0, "edges_against_time": 0}
+    for edge in trace.edges:
+        if edge.src not in known or edge.dst not in known:
+            stats["edges_missing_end"] += 1
+        elif edge.src == edge.dst:
+            stats["edges_self"] += 1
+        else:
+            slot = incoming.setdefault(edge.dst, {})
+            # DATA wins over order edges between the same pair: it says more.
+            if slot.get(edge.src) != EdgeKind.DATA:
+                slot[edge.src] = edge.kind
+    if len(kept) < len(known):
+        _bypass_dropped(incoming, kept)
+    if _has_cycle(incoming, kept):
+        stats["edges_against_time"] = _drop_edges_against_time(incoming, kept)
+        if _has_cycle(incoming, kept):
+            raise ValueError(f"rank {trace.rank}: the linked trace's dependencies form a cycle "
+                             "even in time order (a linker bug)")
+    deps: dict[int, tuple[list, list]] = {}
+    for dst, sources in incoming.items():
+        if dst in kept:
+            data = [s for s, k in sources.items() if k == EdgeKind.DATA]
+            ctrl = [s for s, k in sources.items() if k != EdgeKind.DATA]
+            deps[dst] = (data, ctrl)
+    stats["edges_out"] = sum(len(d) + len(c) for d, c in deps.values())
+    return deps, stats
+
+
+def _bypass_dropped(incoming: dict[int, dict[int, EdgeKind]], kept: dict[int, Op]) -> None:
+    """Make dependants of dropped nodes depend on what the dropped nodes depended on."""
+    resolved: dict[int, dict[int, EdgeKind]] = {}
+
+    def kept_sources(uid: int, stack: set[int]) -> dict[int, EdgeKind]:
+        if uid in resolved:
+            return resolved[uid]
+        out: dict[int, EdgeKind] = {}
+        stack.add(uid)
+        for src, kind in incoming.get(uid, {}).items():
+            if src in kept:
+                out[src] = kind
+            elif src not in stack:
+                out.update(kept_sources(src, stack))
+        stack.discard(uid)
+        resolved[uid] = out
+        return out
+
+    for dst in list(incoming):
+        if dst not in kept:
+            continue
+        sources = incoming[dst]
+        if all(src in kept for src in sources):
+            continue
+        new: dict[int, EdgeKind] = {}
+        for src, kind in sources.items():
+            if src in kept:
+                new[src] = kind
+            else:
+                for inherited in kept_sources(src, set()):
+                    new.setdefault(inherited, EdgeKind.HOST_ORDER)
+        new.pop(dst, None)
+        incoming[dst] = new
+
+
+def _has_cycle(incoming: dict[int, dict[int, EdgeKind]], kept: dict[int, Op]) -> bool:
+    waiting = {uid: 0 for uid in kept}
+    dependants: dict[int, list[int]] = {}
+    for dst, sources in incoming.items():
+        if dst not in kept:
+            continue
+        for src in sources:
+            if src in kept:
+                waiting[dst] += 1
+                dependants.setdefault(src, []).append(dst)
+    ready = [uid for uid, n in waiting.items() if n == 0]
+    done = 0
+    while ready:
+        uid = ready.pop()
+        done += 1
+        for child in dependants.get(uid, ()):
+            waiting[child] -= 1
+            if not waiting[child]:
+                ready.append(child)
+    return done < len(waiting)
+
+
+def _drop_edges_against_time(incoming: dict[int, dict[int, EdgeKind]], kept: dict[int, Op]) -> int:
+    dropped = 0
+    for dst, sources in incoming.items():
+        dst_op = kept.get(dst)
+        if dst_op is None or dst_op.start_ps is None:
+            continue
+        for src in [s for s in sources if s in kept and (kept[s].start_ps or 0) > dst_op.start_ps]:
+            del sources[src]
+            dropped += 1
+    return dropped
+
+
+def _make_node(op: Op, deps: tuple[list, list] | None, exact_unit: str) -> Node:
+    node = Node(id=op.uid, name=op.name, type=_NODE_TYPE[op.kind])
+    if deps:
+        node.data_deps.extend(deps[0])
+        node.ctrl_deps.extend(deps[1])
+    if op.start_ps is not None:
+        node.start_time_micros = round_us(op.start_ps)
+    if op.dur_ps is not None:
+        node.duration_micros = round_us(op.dur_ps)
+    if op.inputs is not None:
+        node.inputs.CopyFrom(IOInfo(values=op.inputs.values, shapes=op.inputs.shapes, types=op.inputs.types))
+    if op.outputs is not None:
+        node.outputs.CopyFrom(IOInfo(values=op.outputs.values, shapes=op.outputs.shapes, types=op.outputs.types))
+    node.attr.extend(_node_attrs(op, exact_unit))
+    return node
+
+
+def _node_attrs(op: Op, exact_unit: str) -> Iterable[AttributeProto]:
+    # COMM nodes are never host ops for consumers (ASTRA-sim rejects them); gloo's host-side
+    # collectives keep that fact in ``host_side``.
+    is_comm = op.kind in _COMM_KINDS
+    yield make_attr("is_cpu_op", not op.on_device and not is_comm)
+    if is_comm and not op.on_device:
+        yield make_attr("host_side", True)
+    divisor = 1000 if exact_unit == "ns" else 1
+    if op.start_ps is not None:
+        yield make_attr(f"start_{exact_unit}", op.start_ps // divisor)
+    if op.dur_ps is not None:
+        yield make_attr(f"duration_{exact_unit}", op.dur_ps // divisor)
+    if op.bytes is not None:
+        yield make_attr("tensor_size", op.bytes)
+    if op.flops is not None:
+        yield make_attr("num_ops", op.flops)
+    comm = op.comm
+    if comm is not None and is_comm:
+        if op.kind == OpKind.COLLECTIVE and comm.comm_type is not None:
+            yield make_attr("comm_type", int(comm.comm_type))
+        yield make_attr("comm_size", comm.size_bytes)
+        yield make_attr("pg_name", "" if comm.group is None else str(comm.group))
+        for name, value in (("comm_src", comm.src), ("comm_dst", comm.dst), ("comm_tag", comm.tag)):
+            if value is not None:
+                yield make_attr(name, value)
+    yield make_attr("lane", op.lane)
+    for name, value in op.attrs.items():
+        if value is not None:
+            yield make_attr(name, value)
+
+
+def _make_metadata(trace: LinkedTrace, target: str, exact_unit: str) -> GlobalMetadata:
+    meta = GlobalMetadata(version=CHAKRA_SCHEMA_VERSION)
+    fixed = {
+        "producer": f"chakra-hooks {__version__}",
+        "framework": trace.framework,
+        "rank": trace.rank,
+        "target": target,
+        "clock": trace.clock,
+        "time_unit": "us (start_time_micros, duration_micros rounded half up)",
+        "exact_time_unit": exact_unit,
+    }
+    items = {**{k: v for k, v in trace.metadata.items() if v is not None}, **fixed}
+    meta.attr.extend(make_attr(name, value) for name, value in items.items())
+    return meta

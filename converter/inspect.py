@@ -1,0 +1,108 @@
+"""Summaries of Chakra ETs: what `chakra-hooks inspect` prints.
+
+The JSON form is a contract other tools rely on: one object per file with at least the keys
+``path``, ``schema``, ``nodes``, ``by_type``, ``comm_types``, ``comm_bytes``, ``duration_us``,
+``data_deps`` and ``ctrl_deps``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+from .attrs import value_of
+from .schema import CollectiveCommType, GlobalMetadata, Node, NodeType
+
+_RANK_IN_NAME = re.compile(r"\.(\d+)\.et(?:\.gz)?$")
+
+
+def _type_name(value: int) -> str:
+    return NodeType.Name(value) if value in NodeType.values() else f"UNKNOWN_{value}"
+
+
+def _comm_name(value: object) -> str:
+    return CollectiveCommType.Name(value) if value in CollectiveCommType.values() else f"UNKNOWN_{value}"
+
+
+@dataclass
+class Summary:
+    path: str
+    schema: str  # the metadata's ``schema`` attribute, else its ``version``
+    nodes: int
+    by_type: dict[str, int]
+    comm_types: dict[str, int]
+    comm_bytes: int
+    duration_us: int  # sum of duration_micros over all nodes
+    data_deps: int  # edge counts
+    ctrl_deps: int
+    rank: int | None = None  # from the <prefix>.<rank>.et file name
+    version: str = ""
+    metadata: dict[str, object] = field(default_factory=dict)
+    duration_by_type_us: dict[str, int] = field(default_factory=dict)
+    comm_bytes_by_type: dict[str, int] = field(default_factory=dict)
+    cpu_nodes: int = 0  # nodes with is_cpu_op true
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def summarize(path: str, metadata: GlobalMetadata, nodes: Sequence[Node]) -> Summary:
+    """Count what is in one decoded ET."""
+    meta = {attr.name: value_of(attr) for attr in metadata.attr}
+    by_type: Counter[str] = Counter()
+    duration: Counter[str] = Counter()
+    comm_types: Counter[str] = Counter()
+    comm_bytes: Counter[str] = Counter()
+    data_deps = ctrl_deps = cpu = 0
+    for node in nodes:
+        kind = _type_name(node.type)
+        by_type[kind] += 1
+        duration[kind] += node.duration_micros
+        data_deps += len(node.data_deps)
+        ctrl_deps += len(node.ctrl_deps)
+        comm_type = size = None
+        for attr in node.attr:
+            name = attr.name
+            if name == "comm_type":
+                comm_type = value_of(attr)
+            elif name == "comm_size":
+                size = value_of(attr)
+            elif name == "is_cpu_op" and attr.bool_val:
+                cpu += 1
+        if comm_type is not None and kind == "COMM_COLL_NODE":
+            comm_types[_comm_name(comm_type)] += 1
+            comm_bytes[_comm_name(comm_type)] += int(size or 0)
+        elif size is not None and kind in ("COMM_SEND_NODE", "COMM_RECV_NODE"):
+            comm_bytes[kind] += int(size)
+    match = _RANK_IN_NAME.search(path)
+    return Summary(
+        path=path, schema=str(meta.get("schema", metadata.version)), nodes=len(nodes),
+        by_type=dict(by_type), comm_types=dict(comm_types), comm_bytes=sum(comm_bytes.values()),
+        duration_us=sum(duration.values()), data_deps=data_deps, ctrl_deps=ctrl_deps,
+        rank=int(match.group(1)) if match else None, version=metadata.version,
+        metadata={k: v for k, v in meta.items() if isinstance(v, (str, int, float, bool))},
+        duration_by_type_us=dict(duration), comm_bytes_by_type=dict(comm_bytes), cpu_nodes=cpu,
+    )
+
+
+def render(summary: Summary) -> str:
+    """The human form: a few aligned lines."""
+    lines = [f"{summary.path}" + (f"  (rank {summary.rank})" if summary.rank is not None else "")]
+    meta = ", ".join(f"{k}={v}" for k, v in summary.metadata.items())
+    lines.append(f"  metadata   version={summary.version or '-'} {meta}")
+    lines.append(f"  nodes      {summary.nodes:,} ({summary.cpu_nodes:,} on the host), "
+                 f"edges: {summary.data_deps:,} data, {summary.ctrl_deps:,} ctrl")
+    lines.append(f"  duration   {summary.duration_us:,} us in all")
+    for kind, count in sorted(summary.by_type.items(), key=lambda kv: -kv[1]):
+        lines.append(f"    {kind:<16} {count:>9,} nodes {summary.duration_by_type_us.get(kind, 0):>14,} us")
+    if summary.comm_types or summary.comm_bytes:
+        lines.append(f"  comm       {summary.comm_bytes:,} bytes")
+        for kind, count in sorted(summary.comm_types.items()):
+            lines.append(f"    {kind:<16} {count:>9,} nodes {summary.comm_bytes_by_type.get(kind, 0):>14,} bytes")
+        for kind in ("COMM_SEND_NODE", "COMM_RECV_NODE"):
+            if kind in summary.comm_bytes_by_type:
+                lines.append(f"    {kind:<16} {summary.by_type.get(kind, 0):>9,} nodes "
+                             f"{summary.comm_bytes_by_type[kind]:>14,} bytes")
+    return "\n".join(lines)

@@ -1,0 +1,175 @@
+"""Check a Chakra ET, ours or anyone's, against what its consumers require.
+
+The rules come from formats.md section 1: what the reference reader and ASTRA-sim actually do
+with a file. ASTRA-sim silently skips nodes on a cycle or depending on themselves and still
+reports success, so "it ran" proves nothing; these checks are the second opinion.
+
+Two targets: ``chakra`` (any consumer: the schema and the attribute types) and ``astra-sim``
+(also what the simulator refuses: METADATA and MEM nodes, collectives it does not simulate).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from google.protobuf.unknown_fields import UnknownFieldSet
+
+from .attrs import CONSUMER_ONEOF, INTEGER_ONEOFS, attr_dict, oneof_of, value_of
+from .schema import CollectiveCommType, GlobalMetadata, Node, NodeType
+
+COMP = NodeType.Value("COMP_NODE")
+COMM_COLL = NodeType.Value("COMM_COLL_NODE")
+COMM_SEND = NodeType.Value("COMM_SEND_NODE")
+COMM_RECV = NodeType.Value("COMM_RECV_NODE")
+COMM_TYPES = frozenset({COMM_COLL, COMM_SEND, COMM_RECV})
+KNOWN_TYPES = frozenset(NodeType.values())
+KNOWN_COMM_TYPES = frozenset(CollectiveCommType.values())
+ASTRA_SIM_REFUSED_TYPES = frozenset({
+    NodeType.Value("INVALID_NODE"), NodeType.Value("METADATA_NODE"),
+    NodeType.Value("MEM_LOAD_NODE"), NodeType.Value("MEM_STORE_NODE"),
+})
+# Simulated, or (BROADCAST) replayed from its duration; any other type aborts ASTRA-sim.
+ASTRA_SIM_COMM_TYPES = frozenset(CollectiveCommType.Value(n) for n in
+                                 ("ALL_REDUCE", "ALL_GATHER", "ALL_TO_ALL", "REDUCE_SCATTER", "BROADCAST"))
+# Attributes a duration may hide in when duration_micros rounds to 0 (our converter's exact times).
+EXACT_DURATION_ATTRS = ("duration_ns", "duration_ps")
+TARGETS = ("chakra", "astra-sim")
+
+
+@dataclass(slots=True)
+class Problem:
+    check: str  # short, stable name of the rule
+    node: int | None  # node id, None for file-level problems
+    message: str
+
+
+@dataclass
+class Report:
+    path: str
+    nodes: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for problem in self.problems:
+            out[problem.check] = out.get(problem.check, 0) + 1
+        return out
+
+
+def validate(path: str, metadata: GlobalMetadata, nodes: Sequence[Node], target: str = "chakra") -> Report:
+    """All problems in one decoded ET."""
+    if target not in TARGETS:
+        raise ValueError(f"unknown validation target {target!r}; expected one of {', '.join(TARGETS)}")
+    report = Report(path=path, nodes=len(nodes))
+    add = report.problems.append
+    _check_metadata(metadata, add)
+    ids = _check_ids(nodes, add)
+    for node in nodes:
+        _check_node(node, ids, target, add)
+    _check_acyclic(nodes, ids, add)
+    return report
+
+
+def _check_metadata(metadata: GlobalMetadata, add) -> None:
+    # A Node read as GlobalMetadata leaves its fields unknown (id is a varint where version is a
+    # string): consumers then take the first node as metadata and find nothing to run.
+    if len(UnknownFieldSet(metadata)):
+        add(Problem("metadata", None, "the first message is not a GlobalMetadata (it has fields GlobalMetadata "
+                                      "does not define; a Node first?)"))
+
+
+def _check_ids(nodes: Sequence[Node], add) -> set[int]:
+    ids: set[int] = set()
+    for node in nodes:
+        if node.id in ids:
+            add(Problem("duplicate-id", node.id, f"node id {node.id} is used more than once"))
+        ids.add(node.id)
+    return ids
+
+
+def _check_node(node: Node, ids: set[int], target: str, add) -> None:
+    nid = node.id
+    for kind, deps in (("data_deps", node.data_deps), ("ctrl_deps", node.ctrl_deps)):
+        for dep in deps:
+            if dep == nid:
+                add(Problem("self-dependency", nid, f"{kind} names the node itself"))
+            elif dep not in ids:
+                add(Problem("missing-dependency", nid, f"{kind} names node {dep}, which is not in the file"))
+    if node.type not in KNOWN_TYPES:
+        add(Problem("node-type", nid, f"type {node.type} is not a Chakra NodeType"))
+        return
+    if node.type == NodeType.Value("INVALID_NODE"):
+        add(Problem("node-type", nid, "type INVALID_NODE (its dependants never run)"))
+    elif target == "astra-sim" and node.type in ASTRA_SIM_REFUSED_TYPES:
+        add(Problem("astra-sim-type", nid, f"{NodeType.Name(node.type)} is refused by ASTRA-sim"))
+    attrs = attr_dict(node)
+    _check_attr_types(nid, attrs, add)
+    if node.type in COMM_TYPES:
+        _check_comm(node, attrs, target, add)
+    elif node.type == COMP and node.duration_micros == 0 and not any(a in attrs for a in EXACT_DURATION_ATTRS):
+        add(Problem("duration", nid, "COMP node without a duration (duration_micros is 0)"))
+
+
+def _check_attr_types(nid: int, attrs: dict, add) -> None:
+    for name, attr in attrs.items():
+        which = oneof_of(attr)
+        if which is None:
+            add(Problem("attribute-type", nid, f"attribute {name!r} has no value of a known type"))
+            continue
+        wanted = CONSUMER_ONEOF.get(name)
+        if wanted is None or which == wanted:
+            continue
+        if wanted in INTEGER_ONEOFS and which in INTEGER_ONEOFS:
+            continue  # every consumer accepts any integer oneof here
+        add(Problem("attribute-type", nid, f"attribute {name!r} is {which}; consumers read {wanted}"))
+
+
+def _check_comm(node: Node, attrs: dict, target: str, add) -> None:
+    nid = node.id
+    cpu = attrs.get("is_cpu_op")
+    if cpu is not None and oneof_of(cpu) == "bool_val" and cpu.bool_val:
+        add(Problem("comm-on-host", nid, "COMM node with is_cpu_op true (ASTRA-sim: 'Comm node should not be on CPU')"))
+    required = ("comm_type", "comm_size") if node.type == COMM_COLL else ("comm_src", "comm_dst", "comm_tag", "comm_size")
+    for name in required:
+        if name not in attrs:
+            add(Problem("comm-attribute", nid, f"{NodeType.Name(node.type)} without {name}"))
+    if node.type == COMM_COLL and "comm_type" in attrs:
+        comm_type = value_of(attrs["comm_type"])
+        if comm_type not in KNOWN_COMM_TYPES:
+            add(Problem("comm-type", nid, f"comm_type {comm_type!r} is not a CollectiveCommType"))
+        elif target == "astra-sim" and comm_type not in ASTRA_SIM_COMM_TYPES:
+            add(Problem("astra-sim-comm-type", nid,
+                        f"{CollectiveCommType.Name(comm_type)} is not simulated by ASTRA-sim (it aborts)"))
+    pg = attrs.get("pg_name")
+    if pg is not None and oneof_of(pg) == "string_val" and pg.string_val and not pg.string_val.isdigit():
+        add(Problem("pg-name", nid, f"pg_name {pg.string_val!r} is not \"\" or an integer string "
+                                    "(ASTRA-sim looks it up in its comm-group JSON)"))
+
+
+def _check_acyclic(nodes: Sequence[Node], ids: set[int], add) -> None:
+    """Kahn's algorithm over the dependencies that resolve (missing ones are reported apart)."""
+    dependants: dict[int, list[int]] = {}
+    waiting: dict[int, int] = {}
+    for node in nodes:
+        deps = {d for d in (*node.data_deps, *node.ctrl_deps) if d in ids and d != node.id}
+        waiting[node.id] = len(deps)
+        for dep in deps:
+            dependants.setdefault(dep, []).append(node.id)
+    ready = [nid for nid, count in waiting.items() if count == 0]
+    done = 0
+    while ready:
+        nid = ready.pop()
+        done += 1
+        for child in dependants.get(nid, ()):
+            waiting[child] -= 1
+            if waiting[child] == 0:
+                ready.append(child)
+    if done < len(waiting):
+        stuck = sorted(nid for nid, count in waiting.items() if count > 0)
+        add(Problem("cycle", stuck[0], f"{len(stuck)} nodes are on or behind a dependency cycle "
+                                       f"(never run), e.g. {stuck[:5]}"))

@@ -1,0 +1,148 @@
+"""ET reading and writing: byte-identical round trips, the reference reader agrees, bad input."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from chakra_hooks.converter import etio
+from chakra_hooks.converter.schema import GlobalMetadata, Node, NodeType
+from chakra_hooks.errors import TraceFormatError
+
+
+def corpus_ets(corpus: Path) -> list[Path]:
+    ref = corpus / "chakra_reference"
+    return [ref / "chakra.0.et", *sorted((ref / "astra_sim_microbench").glob("*.et"))]
+
+
+def reference_read(path: Path) -> tuple[object, list]:
+    """Decode with mlc-chakra's own reader (a second opinion, node by node)."""
+    from chakra.schema.protobuf.et_def_pb2 import GlobalMetadata as RefMetadata
+    from chakra.schema.protobuf.et_def_pb2 import Node as RefNode
+    from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
+
+    handle = openFileRd(str(path))
+    metadata = RefMetadata()
+    assert decodeMessage(handle, metadata)
+    nodes = []
+    while True:
+        node = RefNode()
+        if not decodeMessage(handle, node):
+            break
+        nodes.append(node)
+    handle.close()
+    return metadata, nodes
+
+
+def test_corpus_ets_round_trip_byte_for_byte(corpus: Path, tmp_path: Path) -> None:
+    for path in corpus_ets(corpus):
+        et = etio.read_et(path)
+        out = tmp_path / path.name
+        etio.write_et(out, et.metadata, et.nodes)
+        assert out.read_bytes() == path.read_bytes(), path.name
+
+
+def test_gzip_input_detected_by_magic_and_gz_output(corpus: Path, tmp_path: Path) -> None:
+    source = corpus / "chakra_reference" / "a100_resnet_nccl.ref.et.gz"
+    et = etio.read_et(source)
+    assert et.compressed and len(et.nodes) == 18050
+    out = tmp_path / "copy.0.et.gz"
+    etio.write_et(out, et.metadata, et.nodes)
+    assert out.read_bytes()[:2] == etio.GZIP_MAGIC
+    assert gzip.decompress(out.read_bytes()) == gzip.decompress(source.read_bytes())
+    # A gzip stream under a name without .gz is still found by its magic bytes.
+    renamed = tmp_path / "renamed.et"
+    renamed.write_bytes(source.read_bytes())
+    assert len(etio.read_et(renamed).nodes) == 18050
+
+
+def test_reference_reader_sees_the_same_nodes(corpus: Path, tmp_path: Path) -> None:
+    et = etio.read_et(corpus / "chakra_reference" / "chakra.0.et")
+    out = tmp_path / "ours.0.et"
+    etio.write_et(out, et.metadata, et.nodes)
+    ref_metadata, ref_nodes = reference_read(out)
+    assert len(ref_nodes) == len(et.nodes) == 3664
+    assert ref_metadata.SerializeToString() == et.metadata.SerializeToString()
+    for ours, theirs in zip(et.nodes, ref_nodes):
+        assert ours.SerializeToString() == theirs.SerializeToString()
+
+
+def test_reference_json_twin_matches_our_workload_json(corpus: Path, tmp_path: Path) -> None:
+    import orjson
+
+    et = etio.read_et(corpus / "chakra_reference" / "chakra.0.et")
+    out = tmp_path / "ours.json"
+    etio.write_workload_json(out, et.nodes)
+    ours = orjson.loads(out.read_bytes())["workload_graph"]
+    theirs = orjson.loads(gzip.decompress((corpus / "chakra_reference" / "chakra.0.json.gz").read_bytes()))
+    theirs = theirs["workload_graph"]
+    assert [n["Id"] for n in ours] == [n["Id"] for n in theirs]
+    for node, a, b in zip(et.nodes, ours, theirs):
+        assert (a["NodeType"], a["runtime"], a["is_cpu_op"]) == (b["NodeType"], b.get("runtime", 0), b["is_cpu_op"])
+        # The JSON format has one dependency list; ours carries ctrl_deps there too (ASTRA-sim
+        # waits on both kinds), the reference tools' JSON only data_deps.
+        assert set(a["data_deps"]) == set(b["data_deps"]) | set(node.ctrl_deps)
+
+
+def _write(tmp_path: Path, name: str, data: bytes) -> Path:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+@pytest.fixture
+def small_et(tmp_path: Path) -> bytes:
+    nodes = [Node(id=i, name=f"n{i}", type=NodeType.Value("COMP_NODE"), duration_micros=1) for i in range(1, 4)]
+    path = tmp_path / "small.et"
+    etio.write_et(path, GlobalMetadata(version="0.0.4"), nodes)
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("empty", "the file is empty"),
+    ("truncated", "truncated"),
+    ("prefix_cut", "length prefix"),
+    ("zero_length", "zero length prefix"),
+    ("not_an_et", "byte 0"),
+    ("gzip_cut", "complete gzip file"),
+    ("corrupt_node", "node #1 at byte"),
+])
+def test_bad_input_names_file_and_place(tmp_path: Path, small_et: bytes, case: str, expected: str) -> None:
+    data = {
+        "empty": b"",
+        "truncated": small_et[:-3],
+        "prefix_cut": small_et + b"\x85",
+        "zero_length": small_et + b"\x00",
+        "not_an_et": b"{\"schema\": \"1.0.1\", \"nodes\": []}\n" * 3,
+        "gzip_cut": gzip.compress(small_et)[:-6],
+        "corrupt_node": _corrupt_second_node(small_et),
+    }[case]
+    path = _write(tmp_path, f"{case}.et", data)
+    with pytest.raises(TraceFormatError) as info:
+        etio.read_et(path)
+    message = str(info.value)
+    assert str(path) in message and expected in message and "\n" not in message
+
+
+def _corrupt_second_node(data: bytes) -> bytes:
+    frames = etio.split_frames(data)
+    offset = len(frames[0]) + len(frames[1])  # start of node #1
+    broken = bytearray(data)
+    broken[offset + 1] = 0x0F  # field 1 with wire type 7, which does not exist
+    return bytes(broken)
+
+
+def test_failed_write_leaves_nothing(tmp_path: Path) -> None:
+    target = tmp_path / "out.0.et"
+    with pytest.raises(ValueError):
+        etio.write_et(target, GlobalMetadata(version="x"), [Node(id=1, name="a"), Node()])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_varint_encoding_matches_protobuf() -> None:
+    from google.protobuf.internal.encoder import _VarintBytes
+
+    for value in (0, 1, 127, 128, 300, 16383, 16384, 2**31, 2**63 - 1):
+        assert etio.encode_varint(value) == _VarintBytes(value)

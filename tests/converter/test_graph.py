@@ -1,0 +1,94 @@
+"""build_graph: linked trace -> Chakra nodes, on a small trace built by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chakra_hooks.converter import etio
+from chakra_hooks.converter.attrs import attr_dict, value_of
+from chakra_hooks.converter.graph import build_graph, round_us
+from chakra_hooks.converter.schema import NodeType
+from chakra_hooks.converter.validate import validate
+from chakra_hooks.linker.model import CommInfo, CommType, Edge, EdgeKind, LinkedTrace, Op, OpKind
+
+US = 1_000_000  # picoseconds
+
+
+def small_trace() -> LinkedTrace:
+    ops = [
+        Op(1, "## process_group:init ##", OpKind.METADATA, False, "thread:1", 0, 0),
+        Op(2, "aten::linear", OpKind.COMPUTE, False, "thread:1", 10 * US, 4_600_000, flops=1000),
+        Op(3, "Memcpy HtoD", OpKind.MEM_LOAD, True, "stream:0:7", 12 * US, 2_499_000, bytes=4096),
+        Op(4, "gemm_kernel", OpKind.COMPUTE, True, "stream:0:7", 15 * US, 400_000),
+        Op(5, "ncclDevKernel_AllReduce", OpKind.COLLECTIVE, True, "stream:0:9", 16 * US, 3 * US,
+           comm=CommInfo(4096, CommType.ALL_REDUCE, group=0)),
+        Op(6, "ncclDevKernel_Reduce", OpKind.COLLECTIVE, True, "stream:0:9", 20 * US, 1 * US,
+           comm=CommInfo(64, CommType.REDUCE, group=1)),
+        Op(7, "c10d::send", OpKind.SEND, False, "comm:1", 22 * US, 1 * US, comm=CommInfo(64, src=0, dst=1, tag=3),
+           attrs={"moe_expert_tokens": [1, 2, 5, 0]}),
+    ]
+    edges = [
+        Edge(1, 2, EdgeKind.HOST_ORDER), Edge(2, 3, EdgeKind.LAUNCH), Edge(3, 4, EdgeKind.STREAM_ORDER),
+        Edge(2, 4, EdgeKind.LAUNCH), Edge(4, 5, EdgeKind.DATA), Edge(4, 5, EdgeKind.SYNC),
+        Edge(5, 6, EdgeKind.STREAM_ORDER), Edge(6, 7, EdgeKind.HOST_ORDER),
+        Edge(7, 7, EdgeKind.HOST_ORDER), Edge(99, 2, EdgeKind.DATA),  # invalid: self and missing
+    ]
+    return LinkedTrace(0, "pytorch", "test clock", ops, edges, groups={0: [0, 1], 1: [0, 1]},
+                       metadata={"schema": "1.1.1-chakra.0.0.4"})
+
+
+def test_rounding_is_half_up_not_truncation() -> None:
+    assert [round_us(ps) for ps in (0, 499_999, 500_000, 2_499_999, 4_600_000)] == [0, 0, 1, 2, 5]
+
+
+def test_full_target_nodes_attributes_and_edges(tmp_path: Path) -> None:
+    graph = build_graph(small_trace())
+    nodes = {n.id: n for n in graph.nodes}
+    assert [NodeType.Name(nodes[i].type) for i in range(1, 8)] == [
+        "METADATA_NODE", "COMP_NODE", "MEM_LOAD_NODE", "COMP_NODE", "COMM_COLL_NODE", "COMM_COLL_NODE",
+        "COMM_SEND_NODE"]
+    assert (nodes[2].start_time_micros, nodes[2].duration_micros) == (10, 5)
+    attrs = {i: {k: value_of(v) for k, v in attr_dict(n).items()} for i, n in nodes.items()}
+    assert attrs[2]["is_cpu_op"] is True and attrs[2]["num_ops"] == 1000 and attrs[2]["duration_ns"] == 4600
+    assert attrs[3]["tensor_size"] == 4096 and attrs[3]["is_cpu_op"] is False
+    assert attrs[5]["comm_type"] == CommType.ALL_REDUCE and attrs[5]["comm_size"] == 4096
+    assert attrs[5]["pg_name"] == "0"
+    assert attrs[7]["is_cpu_op"] is False and attrs[7]["host_side"] is True
+    assert (attrs[7]["comm_src"], attrs[7]["comm_dst"], attrs[7]["comm_tag"]) == (0, 1, 3)
+    assert attrs[7]["moe_expert_tokens"] == [1, 2, 5, 0]
+    assert attr_dict(nodes[5])["comm_type"].WhichOneof("value") == "int64_val"
+    assert list(nodes[5].data_deps) == [4] and list(nodes[5].ctrl_deps) == []
+    assert list(nodes[7].ctrl_deps) == [6] and list(nodes[2].data_deps) == []
+    assert graph.stats["edges_self"] == 1 and graph.stats["edges_missing_end"] == 1
+    path = tmp_path / "chakra.0.et"
+    etio.write_et(path, graph.metadata, graph.nodes)
+    et = etio.read_et(path)
+    assert validate(str(path), et.metadata, et.nodes).ok
+
+
+def test_astra_sim_target_keeps_timing_and_dependencies() -> None:
+    graph = build_graph(small_trace(), target="astra-sim")
+    nodes = {n.id: n for n in graph.nodes}
+    assert 1 not in nodes  # METADATA dropped
+    assert nodes[3].type == NodeType.Value("COMP_NODE")  # MEM replayed as compute
+    assert nodes[6].type == NodeType.Value("COMP_NODE")  # REDUCE is not simulated
+    assert nodes[6].duration_micros == 1
+    assert nodes[5].type == NodeType.Value("COMM_COLL_NODE")
+    assert list(nodes[2].ctrl_deps) == []  # its only dependency was the METADATA node
+    report = validate("t", graph.metadata, graph.nodes, target="astra-sim")
+    assert report.ok, report.problems
+
+
+def test_cycle_against_time_is_broken_and_counted() -> None:
+    trace = small_trace()
+    trace.edges.append(Edge(5, 4, EdgeKind.SYNC))  # 5 starts after 4: a backwards edge closing a cycle
+    graph = build_graph(trace)
+    assert graph.stats["edges_against_time"] >= 1
+    assert validate("t", graph.metadata, graph.nodes).ok
+
+
+def test_unknown_target_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown target"):
+        build_graph(small_trace(), target="ns3")

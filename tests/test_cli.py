@@ -1,0 +1,56 @@
+"""The installed `chakra-hooks` command: inspect and validate, run as a user would."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    exe = shutil.which("chakra-hooks")
+    command = [exe] if exe else [sys.executable, "-m", "chakra_hooks"]
+    return subprocess.run([*command, *args], capture_output=True, text=True, timeout=300)
+
+
+def test_inspect_json_keys_and_values(corpus: Path) -> None:
+    result = run("inspect", "--json", str(corpus / "chakra_reference" / "chakra.0.et"))
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    for key in ("path", "schema", "nodes", "by_type", "comm_types", "comm_bytes", "duration_us",
+                "data_deps", "ctrl_deps"):
+        assert key in summary
+    assert summary["schema"] == "1.0.1"
+    assert summary["nodes"] == 3664
+    assert summary["by_type"] == {"COMP_NODE": 3643, "COMM_COLL_NODE": 21}
+    assert summary["rank"] == 0
+
+
+def test_inspect_folder_lists_files_per_rank(corpus: Path) -> None:
+    result = run("inspect", str(corpus / "chakra_reference" / "astra_sim_microbench"))
+    assert result.returncode == 0, result.stderr
+    assert "4 files" in result.stdout
+    assert "ALL_TO_ALL" in result.stdout and "1,048,576 bytes" in result.stdout
+
+
+def test_validate_exit_codes(corpus: Path) -> None:
+    bad = run("validate", str(corpus / "chakra_reference" / "chakra.0.et"))
+    assert bad.returncode == 1
+    assert "self-dependency: node" in bad.stdout and "comm-on-host" in bad.stdout
+    good = run("validate", "--json", str(corpus / "chakra_reference" / "astra_sim_microbench"))
+    assert good.returncode == 0
+    assert all(json.loads(line)["ok"] for line in good.stdout.splitlines())
+
+
+@pytest.mark.parametrize("command", ["inspect", "validate"])
+def test_bad_file_gives_one_line_error(tmp_path: Path, command: str) -> None:
+    path = tmp_path / "not.et"
+    path.write_text("this is not a trace\n")
+    result = run(command, str(path))
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(path) in lines[0] and "byte 0" in lines[0]
