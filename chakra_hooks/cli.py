@@ -43,11 +43,19 @@ def _rank_order(path: Path) -> tuple[str, int]:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="chakra-hooks")
-def main() -> None:
+def cli() -> None:
     """Record ML runs and convert them to MLCommons Chakra execution traces."""
 
 
-@main.command()
+def main() -> None:
+    """Entry point: bad input ends in one line on stderr and exit status 1, never a traceback."""
+    try:
+        cli()
+    except (TraceFormatError, FileNotFoundError) as exc:
+        _fail(str(exc))
+
+
+@cli.command()
 @click.argument("inputs", nargs=-1, required=True, type=click.Path())
 @click.option("-o", "--output", "outdir", required=True, type=click.Path(file_okay=False),
               help="Folder for <prefix>.<rank>.et and comm_group.json.")
@@ -65,11 +73,8 @@ def convert(inputs: tuple[str, ...], outdir: str, prefix: str, target: str, writ
     def warn(message: str) -> None:
         click.echo(f"chakra-hooks: warning: {message}", err=True)
 
-    try:
-        result = convert_paths(inputs, outdir, prefix=prefix, target=target, write_json=write_json,
-                               keep_mem=keep_mem, workers=jobs, warn=warn)
-    except (TraceFormatError, FileNotFoundError) as exc:
-        _fail(str(exc))
+    result = convert_paths(inputs, outdir, prefix=prefix, target=target, write_json=write_json,
+                           keep_mem=keep_mem, workers=jobs, warn=warn)
     click.echo(_table(result))
 
 
@@ -92,7 +97,7 @@ def _table(result) -> str:
     return "\n".join(lines)
 
 
-@main.command()
+@cli.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per file, one per line.")
 def inspect(files: tuple[str, ...], as_json: bool) -> None:
@@ -102,10 +107,7 @@ def inspect(files: tuple[str, ...], as_json: bool) -> None:
 
     per_rank = []
     for path in _et_files(files):
-        try:
-            et = etio.read_et(path)
-        except TraceFormatError as exc:
-            _fail(str(exc))
+        et = etio.read_et(path)
         result = summary.summarize(str(path), et.metadata, et.nodes)
         per_rank.append(result)
         click.echo(orjson.dumps(result.to_json()).decode() if as_json else summary.render(result))
@@ -114,7 +116,7 @@ def inspect(files: tuple[str, ...], as_json: bool) -> None:
         click.echo(f"{len(per_rank)} files, ranks {ranks}; nodes per rank {[r.nodes for r in per_rank]}")
 
 
-@main.command()
+@cli.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="One JSON report per file, one per line.")
 @click.option("--target", type=click.Choice(["chakra", "astra-sim"]), default="chakra", show_default=True,
@@ -127,10 +129,7 @@ def validate(files: tuple[str, ...], as_json: bool, target: str, limit: int) -> 
 
     failed = False
     for path in _et_files(files):
-        try:
-            et = etio.read_et(path)
-        except TraceFormatError as exc:
-            _fail(str(exc))
+        et = etio.read_et(path)
         report = check(str(path), et.metadata, et.nodes, target=target)
         failed |= not report.ok
         if as_json:

@@ -12,14 +12,15 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
+from chakra_hooks.errors import TraceFormatError
+
 from .attrs import value_of
 from .schema import CollectiveCommType, GlobalMetadata, Node, NodeType
 
 _RANK_IN_NAME = re.compile(r"\.(\d+)\.et(?:\.gz)?$")
 
 
-def _type_name(value: int) -> str:
-    return NodeType.Name(value) if value in NodeType.values() else f"UNKNOWN_{value}"
+_KNOWN_TYPES = frozenset(NodeType.values())
 
 
 def _comm_name(value: object) -> str:
@@ -49,15 +50,22 @@ class Summary:
 
 
 def summarize(path: str, metadata: GlobalMetadata, nodes: Sequence[Node]) -> Summary:
-    """Count what is in one decoded ET."""
+    """Count what is in one decoded ET.
+
+    Raises TraceFormatError on a node type outside the schema or an attribute whose value is of
+    no type the schema knows (``validate`` lists every such problem instead of stopping).
+    """
     meta = {attr.name: value_of(attr) for attr in metadata.attr}
     by_type: Counter[str] = Counter()
     duration: Counter[str] = Counter()
     comm_types: Counter[str] = Counter()
     comm_bytes: Counter[str] = Counter()
     data_deps = ctrl_deps = cpu = 0
-    for node in nodes:
-        kind = _type_name(node.type)
+    for index, node in enumerate(nodes):
+        if node.type not in _KNOWN_TYPES:
+            raise TraceFormatError(path, f"node id {node.id} (#{index})",
+                                   f"a Chakra NodeType (0-{max(_KNOWN_TYPES)}), got {node.type}")
+        kind = NodeType.Name(node.type)
         by_type[kind] += 1
         duration[kind] += node.duration_micros
         data_deps += len(node.data_deps)
@@ -65,6 +73,9 @@ def summarize(path: str, metadata: GlobalMetadata, nodes: Sequence[Node]) -> Sum
         comm_type = size = None
         for attr in node.attr:
             name = attr.name
+            if attr.WhichOneof("value") is None:
+                raise TraceFormatError(path, f"node id {node.id} attribute {name!r}",
+                                       "a value of a type the Chakra schema defines (unknown field)")
             if name == "comm_type":
                 comm_type = value_of(attr)
             elif name == "comm_size":

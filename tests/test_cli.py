@@ -54,3 +54,36 @@ def test_bad_file_gives_one_line_error(tmp_path: Path, command: str) -> None:
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and str(path) in lines[0] and "byte 0" in lines[0]
+
+
+def _write_et_with(tmp_path: Path, node_bytes: bytes) -> Path:
+    from chakra_hooks.converter import etio
+    from chakra_hooks.converter.schema import GlobalMetadata
+
+    meta = GlobalMetadata(version="0.0.4").SerializeToString()
+    path = tmp_path / "odd.0.et"
+    path.write_bytes(etio.encode_varint(len(meta)) + meta + etio.encode_varint(len(node_bytes)) + node_bytes)
+    return path
+
+
+def test_unknown_node_type_and_attribute_are_one_line_errors(tmp_path: Path) -> None:
+    from chakra_hooks.converter.schema import AttributeProto, Node
+
+    unknown_type = _write_et_with(tmp_path, Node(id=7, name="x", type=42).SerializeToString())
+    result = run("inspect", str(unknown_type))
+    assert result.returncode == 1 and "node id 7" in result.stderr and "NodeType" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    checked = run("validate", str(unknown_type))
+    assert checked.returncode == 1 and "node-type: node 7" in checked.stdout
+    # An attribute whose value sits in a field number the schema does not define (99, varint).
+    attr = AttributeProto(name="mystery").SerializeToString() + bytes([0x98, 0x06, 0x01])
+    node = Node(id=8, name="y", type=4).SerializeToString() + b"\x52" + bytes([len(attr)]) + attr
+    unknown_attr = _write_et_with(tmp_path, node)
+    result = run("inspect", str(unknown_attr))
+    assert result.returncode == 1 and "node id 8 attribute 'mystery'" in result.stderr
+
+
+def test_protobuf_uses_the_fast_upb_backend() -> None:
+    from google.protobuf.internal import api_implementation
+
+    assert api_implementation.Type() == "upb"
