@@ -322,7 +322,8 @@ def iota_groups(num_groups: int, group_size: int, dims: list[int], perm: list[in
     return [flat[g * group_size:(g + 1) * group_size] for g in range(num_groups)]
 
 
-_COMP_RE = re.compile(r"\s*(ENTRY\s+)?%?([^\s(]+)\s*(\(.*\)\s*->\s*.*)?\{\s*$")
+# "ENTRY %main (p: f32[4]) -> f32[4] {", "%region_0 (...) -> f32[] {", or short "region_0 {"
+_COMP_RE = re.compile(r"\s*(ENTRY\s+)?%?([^\s(=]+)\s*(\(.*\)\s*->\s*.*)?\{\s*$")
 
 
 def parse_hlo_text(text: str, source: str = "hlo text") -> HloModule:
@@ -338,7 +339,7 @@ def parse_hlo_text(text: str, source: str = "hlo text") -> HloModule:
                 module.name = stripped[len("HloModule "):].split(",")[0].strip()
                 continue
             m = _COMP_RE.match(line)
-            if m and ("->" in line or m.group(1)):
+            if m:
                 current = Computation(m.group(2), is_entry=bool(m.group(1)))
             continue  # sections such as FileNames / StackFrames are skipped
         if stripped == "}":
