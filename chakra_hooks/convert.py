@@ -7,6 +7,7 @@ a hidden folder beside them and moved in at the end, so a failure leaves no part
 from __future__ import annotations
 
 import importlib
+import multiprocessing
 import os
 import shutil
 import tempfile
@@ -179,7 +180,9 @@ def _run_jobs(jobs: list[RankJob], staging: str, prefix: str, target: str, write
                 results.extend(convert_job(job, *args))
                 bar.update()
         else:
-            with ProcessPoolExecutor(max_workers=workers) as pool:
+            # spawn, not fork: convert may run inside a training process (the collectors'
+            # convert=True), and forking a process with framework threads can deadlock.
+            with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
                 futures = [pool.submit(convert_job, job, *args) for job in jobs]
                 for future in as_completed(futures):
                     results.extend(future.result())
