@@ -1,0 +1,197 @@
+"""Find PyTorch ranks among the files given to ``convert`` and pair each rank's files.
+
+In order:
+
+1. A run manifest (``manifest.json`` written by our collectors) whose ``framework`` is a
+   PyTorch one: ``{"framework": "pytorch", "world_size": N, "ranks": {"<r>": {"host_et":
+   relpath, "kineto": relpath, "routing": relpath?}}}``; paths relative to the manifest.
+2. Otherwise each ``.json`` / ``.json.gz`` file is sniffed from its first 64 KiB (never
+   parsed whole here): a Kineto trace (``traceEvents`` / ``schemaVersion``) or a host ET
+   (``schema`` + ``nodes``). A Kineto file's rank is ``distributedInfo.rank`` when it is in
+   that head; otherwise, and for ETs, the rank number in the file name
+   (``rank-3``, ``_rank3.``, ``worker3_``, ``dlrm_eg_3.json``).
+3. Per rank, the ET and the Kineto trace are paired. A directory holding exactly one ET and
+   one Kineto trace is one rank whatever the names say (``host_et.json.gz`` +
+   ``kineto.json.gz``). ET-only and Kineto-only ranks are jobs too.
+
+Warnings (not errors): ranks missing from ``world_size``, a rank with only one of two
+files while other ranks have both, two traces of one kind for one rank (converted apart).
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+
+from chakra_hooks.linker.sources import RankJob
+
+FORMAT = "pytorch"
+MANIFEST = "manifest.json"
+PYTORCH_FRAMEWORKS = frozenset(("pytorch", "torch", "vllm", "nemo"))
+HEAD_BYTES = 65536
+_RANK_RE = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*(\d+)')
+_WORLD_RE = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"world_size"\s*:\s*(\d+)')
+_NAME_RANK = (
+    re.compile(r"rank[-_]?(\d+)(?!\d)", re.IGNORECASE),
+    re.compile(r"worker[-_]?(\d+)(?!\d)", re.IGNORECASE),
+    re.compile(r"[-_](\d+)(?:\.pt\.trace)?\.json(?:\.gz)?$"),
+)
+
+
+def discover(files: list[Path], warn: Callable[[str], None]) -> tuple[list[RankJob], set[Path]]:
+    """Claim the PyTorch traces among ``files``; one job per rank (see the module docstring)."""
+    jobs: list[RankJob] = []
+    claimed: set[Path] = set()
+    for manifest in (f for f in files if f.name == MANIFEST):
+        found = _from_manifest(manifest, warn)
+        if found is not None:
+            jobs.extend(found)
+            claimed.add(manifest)
+            claimed.update(p for job in found for p in job.files.values())
+    sniffed = [s for s in (_sniff(f) for f in files
+                           if f not in claimed and _is_json(f)) if s is not None]
+    if sniffed:
+        jobs.extend(_pair(sniffed, warn))
+        claimed.update(s.path for s in sniffed)
+    return jobs, claimed
+
+
+def _is_json(path: Path) -> bool:
+    name = path.name.lower()
+    return (name.endswith((".json", ".json.gz")) and name != MANIFEST)
+
+
+class _Sniffed:
+    __slots__ = ("path", "role", "rank", "world")
+
+    def __init__(self, path: Path, role: str, rank: int | None, world: int | None) -> None:
+        self.path, self.role, self.rank, self.world = path, role, rank, world
+
+
+def _head(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(HEAD_BYTES)
+    except OSError:
+        return b""
+    if data[:2] == b"\x1f\x8b":
+        try:
+            return zlib.decompressobj(31).decompress(data, HEAD_BYTES)
+        except zlib.error:
+            return b""  # corrupt: the loader reports it with the file name
+    return data
+
+
+def _sniff(path: Path) -> _Sniffed | None:
+    head = _head(path)
+    name_rank = rank_from_name(path.name)
+    if b'"traceEvents"' in head or b'"schemaVersion"' in head or b'"deviceProperties"' in head:
+        rank, world = _RANK_RE.search(head), _WORLD_RE.search(head)
+        return _Sniffed(path, "kineto", int(rank.group(1)) if rank else name_rank,
+                        int(world.group(1)) if world else None)
+    if b'"nodes"' in head and b'"schema"' in head:
+        return _Sniffed(path, "host_et", name_rank, None)
+    return None
+
+
+def rank_from_name(name: str) -> int | None:
+    """The rank number a file name carries, if any."""
+    for pattern in _NAME_RANK:
+        found = pattern.search(name)
+        if found:
+            return int(found.group(1))
+    return None
+
+
+def _from_manifest(manifest: Path, warn: Callable[[str], None]) -> list[RankJob] | None:
+    try:
+        doc = orjson.loads(manifest.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        warn(f"{manifest}: not a readable run manifest ({exc}); files are discovered by content")
+        return None
+    if not isinstance(doc, dict) or str(doc.get("framework", "")).lower() not in PYTORCH_FRAMEWORKS:
+        return None
+    ranks = doc.get("ranks")
+    if not isinstance(ranks, dict):
+        warn(f"{manifest}: 'ranks' is not an object of rank -> files; ignored")
+        return None
+    jobs = []
+    for key, roles in sorted(ranks.items(), key=lambda kv: int(kv[0]) if str(kv[0]).isdigit()
+                             else -1):
+        if not str(key).isdigit() or not isinstance(roles, dict):
+            warn(f"{manifest}: rank entry {key!r} is not '<rank>': {{role: path}}; skipped")
+            continue
+        files = {}
+        for role, rel in roles.items():
+            path = manifest.parent / str(rel)
+            if path.is_file():
+                files[role] = path
+            else:
+                warn(f"{manifest}: rank {key}: {role} file {rel} is missing")
+        if "host_et" in files or "kineto" in files:
+            jobs.append(RankJob(FORMAT, files, int(key), {"manifest": str(manifest)}))
+    _warn_missing({j.rank for j in jobs}, doc.get("world_size"), str(manifest), warn)
+    return jobs
+
+
+def _pair(sniffed: list[_Sniffed], warn: Callable[[str], None]) -> list[RankJob]:
+    by_dir: dict[Path, list[_Sniffed]] = defaultdict(list)
+    for s in sniffed:
+        by_dir[s.path.parent].append(s)
+    per_rank: dict[int | None, dict[str, list[Path]]] = defaultdict(lambda: defaultdict(list))
+    for group in by_dir.values():
+        roles = [s.role for s in group]
+        if roles.count("host_et") == 1 and roles.count("kineto") == 1:
+            kineto = next(s for s in group if s.role == "kineto")
+            et = next(s for s in group if s.role == "host_et")
+            rank = kineto.rank if kineto.rank is not None else et.rank
+            per_rank[rank]["host_et"].append(et.path)
+            per_rank[rank]["kineto"].append(kineto.path)
+            continue
+        for s in group:
+            per_rank[s.rank][s.role].append(s.path)
+    jobs = _jobs(per_rank, warn)
+    worlds = {s.world for s in sniffed if s.world}
+    if len(worlds) == 1:
+        _warn_missing({j.rank for j in jobs}, worlds.pop(), "the Kineto traces", warn)
+    return jobs
+
+
+def _jobs(per_rank: dict, warn: Callable[[str], None]) -> list[RankJob]:
+    paired = any(len(r["host_et"]) and len(r["kineto"]) for r in per_rank.values())
+    jobs = []
+    for rank in sorted(per_rank, key=lambda r: (r is None, r or 0)):
+        roles = per_rank[rank]
+        ets, kinetos = sorted(roles["host_et"]), sorted(roles["kineto"])
+        if len(ets) > 1 or len(kinetos) > 1:
+            warn(f"rank {rank}: {len(ets)} host ETs and {len(kinetos)} Kineto traces; "
+                 "each is converted on its own")
+            jobs.extend(RankJob(FORMAT, {"host_et": p}, rank, {"label": p.name}) for p in ets)
+            jobs.extend(RankJob(FORMAT, {"kineto": p}, rank, {"label": p.name}) for p in kinetos)
+            continue
+        files = {}
+        if ets:
+            files["host_et"] = ets[0]
+        if kinetos:
+            files["kineto"] = kinetos[0]
+        if paired and len(files) == 1:
+            missing = "Kineto trace" if ets else "host ET"
+            warn(f"rank {rank}: no {missing} next to {next(iter(files.values())).name}; "
+                 "converted with what there is")
+        jobs.append(RankJob(FORMAT, files, rank))
+    return jobs
+
+
+def _warn_missing(ranks: set, world: object, source: str, warn: Callable[[str], None]) -> None:
+    if not isinstance(world, int) or world <= 0:
+        return
+    missing = sorted(set(range(world)) - ranks)
+    if not missing:
+        return
+    shown = ", ".join(map(str, missing[:8])) + (" ..." if len(missing) > 8 else "")
+    warn(f"{len(missing)} of {world} ranks named by {source} have no trace (missing: {shown})")

@@ -1,0 +1,181 @@
+"""Synchronisation and data edges of a PyTorch linked trace, and the final edge pruning.
+
+SYNC edges come from the runtime calls Kineto recorded (CUDA names and their HIP twins).
+Old Kineto files do not say which stream or event a call used, so the rule reads the call
+order on the calling thread, as the c10d / ATen code issues them:
+
+- ``cudaDeviceSynchronize``: every stream's last device op launched before the call ->
+  the first top-level host op on that thread that starts after the call returns.
+- ``cudaStreamSynchronize``: same, for the stream of the last op the thread launched before
+  the call (``.item()`` / ``.cpu()`` sync the stream their copy went to).
+- ``cudaEventSynchronize``: same, for the stream of the last op the thread launched before
+  its latest ``cudaEventRecord``.
+- ``cudaStreamWaitEvent``: device -> device: the last op launched on the recording stream
+  before the thread's latest ``cudaEventRecord`` -> the next op the thread launches (on the
+  waiting stream); kept only when the two are on different streams (same-stream order is
+  already a STREAM_ORDER edge).
+
+Every search is a bisect in per-thread or per-stream launch lists: linear-ish overall.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+from chakra_hooks.linker.model import Edge, EdgeKind
+from chakra_hooks.linker.pytorch_et import tensor_ids
+
+if TYPE_CHECKING:
+    from chakra_hooks.linker.pytorch_link import _Linker
+
+_PREFIXES = ("cuda", "hip")
+DEVICE_SYNC = {p + "DeviceSynchronize" for p in _PREFIXES} | {"cudaCtxSynchronize"}
+STREAM_SYNC = {p + "StreamSynchronize" for p in _PREFIXES}
+EVENT_SYNC = {p + "EventSynchronize" for p in _PREFIXES}
+EVENT_RECORD = {p + s for p in _PREFIXES for s in ("EventRecord", "EventRecordWithFlags")}
+WAIT_EVENT = {p + "StreamWaitEvent" for p in _PREFIXES}
+SYNC_NAMES = DEVICE_SYNC | STREAM_SYNC | EVENT_SYNC | EVENT_RECORD | WAIT_EVENT
+
+
+class _Launches:
+    """Launch-ordered device ops, per launching thread and per stream."""
+
+    def __init__(self, launches: list) -> None:
+        launches = sorted(launches, key=lambda x: x[0].start)
+        self.thread: dict[tuple, tuple[list[int], list[int], list[str]]] = defaultdict(
+            lambda: ([], [], []))
+        self.lane: dict[str, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
+        for runtime, uid, lane in launches:
+            ts, uids, lanes = self.thread[(runtime.pid, runtime.tid)]
+            ts.append(runtime.start)
+            uids.append(uid)
+            lanes.append(lane)
+            lts, luids = self.lane[lane]
+            lts.append(runtime.start)
+            luids.append(uid)
+
+    def last_lane_on_thread(self, key: tuple, t: int) -> str | None:
+        entry = self.thread.get(key)
+        if entry is None:
+            return None
+        i = bisect_left(entry[0], t) - 1
+        return entry[2][i] if i >= 0 else None
+
+    def next_on_thread(self, key: tuple, t: int) -> tuple[int, str] | None:
+        entry = self.thread.get(key)
+        if entry is None:
+            return None
+        i = bisect_right(entry[0], t)
+        return (entry[1][i], entry[2][i]) if i < len(entry[0]) else None
+
+    def last_on_lane(self, lane: str, t: int) -> int | None:
+        entry = self.lane.get(lane)
+        if entry is None:
+            return None
+        i = bisect_left(entry[0], t) - 1
+        return entry[1][i] if i >= 0 else None
+
+
+def add_sync_edges(linker: _Linker) -> None:
+    if linker.kt is None or not linker.launches:
+        return
+    launches = _Launches(linker.launches)
+    host = {key: sorted(v) for key, v in linker.thread_ops.items()}
+    host_starts = {key: [s for s, _ in v] for key, v in host.items()}
+    last_record: dict[tuple, int] = {}
+    edges, window = linker.edges, linker.window
+    calls = sorted((rt for rt in linker.kt.runtime if rt.name in SYNC_NAMES),
+                   key=lambda rt: rt.start)
+    for rt in calls:
+        key = (rt.pid, rt.tid)
+        if rt.name in EVENT_RECORD:
+            last_record[key] = rt.start
+            continue
+        if window is not None and not window[0] <= rt.start <= window[1]:
+            continue
+        if rt.name in WAIT_EVENT:
+            _wait_event(launches, key, last_record.get(key), rt.start, edges)
+            continue
+        starts = host_starts.get(key)
+        if not starts:
+            continue
+        i = bisect_left(starts, rt.start + rt.dur)
+        if i == len(starts):
+            continue
+        dst = host[key][i][1]
+        if rt.name in DEVICE_SYNC:
+            lanes = list(launches.lane)
+            t = rt.start
+        elif rt.name in STREAM_SYNC:
+            t = rt.start
+            lanes = [launches.last_lane_on_thread(key, t)]
+        else:
+            t = last_record.get(key)
+            lanes = [launches.last_lane_on_thread(key, t)] if t is not None else []
+        for lane in lanes:
+            src = launches.last_on_lane(lane, t) if lane is not None else None
+            if src is not None:
+                edges.append(Edge(src, dst, EdgeKind.SYNC))
+
+
+def _wait_event(launches: _Launches, key: tuple, record_t: int | None, t: int,
+                edges: list[Edge]) -> None:
+    if record_t is None:
+        return
+    src_lane = launches.last_lane_on_thread(key, record_t)
+    nxt = launches.next_on_thread(key, t)
+    if src_lane is None or nxt is None or nxt[1] == src_lane:
+        return
+    src = launches.last_on_lane(src_lane, record_t)
+    if src is not None:
+        edges.append(Edge(src, nxt[0], EdgeKind.SYNC))
+
+
+def add_data_edges(linker: _Linker) -> None:
+    """Producer -> consumer through ET tensor ids, between host ops on different threads."""
+    producer: dict[int, int] = {}
+    ops, edges = linker.ops, linker.edges
+    order = sorted((op for op in ops if "et_id" in op.attrs and op.inputs is not None),
+                   key=lambda op: op.attrs["et_id"])
+    by_et = linker.et.by_id
+    for op in order:
+        node = by_et[op.attrs["et_id"]]
+        ids: list[int] = []
+        tensor_ids(node.inputs.values, ids)
+        seen = set()
+        for tid in ids:
+            src = producer.get(tid)
+            if src is not None and src not in seen and ops[src].lane != op.lane:
+                seen.add(src)
+                edges.append(Edge(src, op.uid, EdgeKind.DATA))
+        ids.clear()
+        tensor_ids(node.outputs.values, ids)
+        for tid in ids:
+            producer[tid] = op.uid
+
+
+def prune_edges(linker: _Linker) -> None:
+    """Drop duplicates, self-edges and edges that would run backwards in time (those could
+    close a cycle); count what was dropped in the stats."""
+    ops = linker.ops
+    kept, seen, backwards = [], set(), 0
+    for e in linker.edges:
+        pair = (e.src, e.dst)
+        if e.src == e.dst or pair in seen:
+            continue
+        a, b = ops[e.src].start_ps, ops[e.dst].start_ps
+        if a is not None and b is not None and a > b and e.kind != EdgeKind.PARENT:
+            backwards += 1
+            continue
+        if a is None or b is None:
+            # Untimed: fall back on ET ids (entry order); every edge we make follows it.
+            ia, ib = ops[e.src].attrs.get("et_id"), ops[e.dst].attrs.get("et_id")
+            if ia is not None and ib is not None and ia > ib:
+                backwards += 1
+                continue
+        seen.add(pair)
+        kept.append(e)
+    linker.edges[:] = kept
+    linker.trace.stats["edges_dropped_backwards"] = backwards

@@ -1,0 +1,72 @@
+"""Process groups of one PyTorch rank -> small integer ids for ``CommInfo.group``.
+
+Sources: Kineto ``distributedInfo.pg_config``, the ET's ``## process_group:init ##`` node
+and ``record_param_comms`` (``pg_name`` with ``global_rank_start/stride`` and ``pg_size``).
+
+Ids must agree across ranks without the ranks talking to each other. PyTorch names groups
+with a counter that every rank advances in the same order (``new_group`` is collective), so
+a numeric ``pg_name`` IS the id. Non-numeric names (rare: user-named groups) get
+``NAMED_BASE + position in sorted name order``. A group that spans the whole world maps to
+``None`` (ASTRA-sim reads an empty ``pg_name`` as all ranks) but is still listed in
+``LinkedTrace.groups``. Caveat for the writer of ``comm_group.json``: split groups
+(``new_subgroups``) reuse one name for disjoint rank sets on different ranks; merge the
+per-rank tables and renumber on conflict.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+NAMED_BASE = 100_000
+
+
+class Groups:
+    def __init__(self, world: int | None) -> None:
+        self.world = world
+        self.by_name: dict[str, list[int]] = {}
+
+    def add(self, name: object, ranks: list[int] | None, size: object = None) -> None:
+        if name in (None, ""):
+            return
+        name = str(name)
+        if not ranks and isinstance(size, int) and size > 0 and size == self.world:
+            ranks = list(range(size))  # the ET writes [] for groups that span the world
+        if ranks:
+            self.by_name.setdefault(name, sorted(ranks))
+
+    def add_pg_config(self, configs: object) -> None:
+        """Kineto ``pg_config`` or the ET process-group init list."""
+        if isinstance(configs, str):
+            try:
+                configs = orjson.loads(configs)
+            except orjson.JSONDecodeError:
+                return
+        if not isinstance(configs, list):
+            return
+        for cfg in configs:
+            if isinstance(cfg, dict):
+                ranks = cfg.get("ranks")
+                self.add(cfg.get("pg_name"), ranks if isinstance(ranks, list) else None,
+                         cfg.get("pg_size", cfg.get("group_size")))
+
+    def resolve(self, name: str | None, ranks: list[int] | None) -> int | None:
+        """The id of the group a collective ran on; None = all ranks (or unknown)."""
+        if name is not None and ranks:
+            self.add(name, ranks)
+        ranks = self.by_name.get(name) if name is not None else ranks
+        if not ranks or (self.world and ranks == list(range(self.world))):
+            return None
+        if name is None:
+            name = next((n for n, r in self.by_name.items() if r == sorted(ranks)), None)
+            if name is None:
+                return None
+        return self._id(name)
+
+    def _id(self, name: str) -> int:
+        if name.isdigit():
+            return int(name)
+        named = sorted(n for n in self.by_name if not n.isdigit())
+        return NAMED_BASE + named.index(name)
+
+    def table(self) -> dict[int, list[int]]:
+        return {self._id(name): ranks for name, ranks in self.by_name.items()}

@@ -1,0 +1,506 @@
+"""Link one PyTorch rank (host ET and/or Kineto trace) into a :class:`LinkedTrace`.
+
+Which host ops become ops (the rule):
+  Walk each ET thread root down. A ``record_function`` annotation (ET scope USER_SCOPE: e.g.
+  ``ProfilerStep#3``, ``## forward ##``, ``Optimizer.step#SGD.step``, ``nn.Module: ...``) that
+  has children is a transparent container: descend into it. Every other node reached is a
+  *top-level host op*: a COMPUTE op with its Kineto time, and none of its descendants becomes
+  an op, so host time is never counted twice. Work nested inside it stays represented through
+  it: device work it launched gets a LAUNCH edge from it; a collective under it is either a
+  device op (NCCL kernels) or, when it ran on the CPU (gloo), an extra op (see below).
+  Without an ET the same rule runs on Kineto's nesting: the outermost ``cpu_op`` ranges per
+  thread (``user_annotation`` ranges are the containers).
+
+Collectives:
+  NCCL / RCCL kernels become COLLECTIVE device ops (SEND / RECV for ``SendRecv`` used for
+  point-to-point; ``SendRecv`` under an all-to-all is ALL_TO_ALL). c10d ops that launched no
+  device work (gloo on CPU, or an ET without Kineto) become COLLECTIVE / SEND / RECV ops
+  themselves, marked ``on_device=True`` on lane ``comm:<pg>``: gloo runs them on its own
+  threads, and ASTRA-sim rejects COMM nodes that are CPU ops. A top-level c10d op is replaced
+  by its comm op; a nested one is added beside its top-level op (PARENT edge from it, HOST_ORDER
+  edge to the op after it).
+
+Device ops: every ``kernel``, ``gpu_memcpy`` and ``gpu_memset`` (HtoD -> MEM_LOAD, DtoH ->
+MEM_STORE, others COMPUTE with their bytes). When Kineto covers more steps than the ET, only
+device work launched inside the ET's window is kept.
+
+Edges (each from an earlier to a later start, so the graph stays acyclic): HOST_ORDER
+between consecutive top-level ops of a thread, LAUNCH host op -> device op (by
+``correlation``, or the ``ac2g`` flow, then the launching runtime call's enclosing range),
+STREAM_ORDER between consecutive ops of a stream, SYNC (see :mod:`pytorch_edges`) and DATA
+between host ops on different threads through ET tensor ids (same-thread data order is
+already implied by HOST_ORDER).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections import defaultdict
+from pathlib import Path
+
+import orjson
+
+from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.linker import pytorch_edges
+from chakra_hooks.linker.kineto import KEvent, KinetoTrace, read_kineto
+from chakra_hooks.linker.model import (PS_PER_NS, CommInfo, CommType, Edge, EdgeKind,
+                                       LinkedTrace, Op, OpKind, TensorIO)
+from chakra_hooks.linker.pytorch_comms import (C10D_OPS, CommMeta, classify, from_c10d_et,
+                                               from_c10d_kineto, from_kineto_args,
+                                               from_nccl_annotation, from_record_param_comms,
+                                               kernel_collective)
+from chakra_hooks.linker.pytorch_et import USER_SCOPE, EtNode, HostEt, read_host_et
+from chakra_hooks.linker.pytorch_groups import Groups
+from chakra_hooks.linker.pytorch_match import Match, index_threads, match_et
+from chakra_hooks.linker.sources import RankJob
+
+PG_INIT = "## process_group:init ##"
+RPC = "record_param_comms"
+WINDOW_MIN_OUTSIDE = 0.10  # Kineto ranges outside the ET's span before we cut to its window
+LOW_MATCH = 0.5  # below this match rate a pair is reported as two different runs
+
+
+def load(job: RankJob) -> list[LinkedTrace]:
+    """Loader entry point (see linker/sources.py)."""
+    trace = link(job.files.get("host_et"), job.files.get("kineto"), job.rank)
+    routing = job.files.get("routing")
+    if routing is not None:
+        try:
+            attach = importlib.import_module("chakra_hooks.linker.routing").attach
+        except (ImportError, AttributeError):
+            trace.warnings.append(f"{routing}: routing bins not attached (no routing reader)")
+        else:
+            attach(trace, routing)
+    return [trace]
+
+
+def link(host_et_path: Path | None, kineto_path: Path | None, rank: int | None = None
+         ) -> LinkedTrace:
+    """Read and link one rank's host ET and/or Kineto trace."""
+    if host_et_path is None and kineto_path is None:
+        raise ValueError("link() needs a host ET, a Kineto trace or both")
+    et = read_host_et(host_et_path) if host_et_path is not None else None
+    kt = read_kineto(kineto_path) if kineto_path is not None else None
+    return _Linker(et, kt, rank).build()
+
+
+class _Linker:
+    """One linking run. Steps are methods, called in order by :meth:`build`."""
+
+    def __init__(self, et: HostEt | None, kt: KinetoTrace | None, rank: int | None) -> None:
+        self.et, self.kt = et, kt
+        if rank is None:
+            rank = kt.rank if kt is not None and kt.rank is not None else 0
+        clock = kt.clock if kt is not None else "none (host ET only: no times)"
+        self.trace = LinkedTrace(rank=rank, framework="pytorch", clock=clock)
+        self.ops, self.edges = self.trace.ops, self.trace.edges
+        self.threads = index_threads(kt.host) if kt is not None else {}
+        self.match = Match()
+        self.groups = Groups(self._world_size())
+        self.rpc_meta: dict[int, CommMeta] = {}  # ET id (rpc or its parent) -> metadata
+        self.c10d_on_device: set[int] = set()  # id() of Kineto c10d ranges that launched kernels
+        self.window: tuple[int, int] | None = None
+        self.seqs: dict[str, list[int]] = defaultdict(list)  # host lane -> top-level op uids
+        self.nested_after: dict[int, list[int]] = defaultdict(list)  # top uid -> nested comm
+        self.thread_ops: dict[tuple, list[tuple[int, int]]] = defaultdict(list)  # Kineto thread
+        self.launches: list[tuple[KEvent, int, str]] = []  # (runtime call, device uid, lane)
+
+    # ----------------------------------------------------------------------------- steps
+    def build(self) -> LinkedTrace:
+        self._read_groups()
+        if self.et is not None and self.kt is not None:
+            self.match = match_et(self.et, self.kt.host, self.threads)
+            self._choose_window()
+        device_links = self._prelink_device() if self.kt is not None else []
+        if self.et is not None:
+            self._host_ops_from_et()
+        else:
+            self._host_ops_from_kineto()
+        for ev, runtime, inner in device_links:
+            self._device_op(ev, runtime, inner)
+        self._order_edges()
+        pytorch_edges.add_sync_edges(self)
+        if self.et is not None:
+            pytorch_edges.add_data_edges(self)
+        self._finish()
+        return self.trace
+
+    def _world_size(self) -> int | None:
+        if self.kt is not None and self.kt.world_size:
+            return self.kt.world_size
+        return None
+
+    def _read_groups(self) -> None:
+        if self.kt is not None:
+            self.groups.add_pg_config(self.kt.distributed.get("pg_config"))
+        if self.et is None:
+            return
+        for node in self.et.nodes:
+            if node.name == PG_INIT and node.inputs.values:
+                self.groups.add_pg_config(node.inputs.values[0])
+            elif node.name == RPC:
+                meta = from_record_param_comms(node)
+                if meta is None or meta.name == "wait":
+                    continue
+                self.groups.add(meta.pg_name, meta.ranks)
+                self.rpc_meta[node.id] = meta
+                self.rpc_meta.setdefault(node.parent, meta)
+
+    def _choose_window(self) -> None:
+        """Cut Kineto to the ET's span when Kineto clearly recorded more (more steps)."""
+        matched = self.match.by_et.values()
+        if not matched:
+            return
+        lo = min(ev.start for ev in matched)
+        hi = max(ev.start + ev.dur for ev in matched)
+        ops = [ev for ev in self.kt.host if ev.cat == "cpu_op"]
+        outside = sum(1 for ev in ops if ev.start < lo or ev.start > hi)
+        if ops and outside / len(ops) > WINDOW_MIN_OUTSIDE:
+            self.window = (lo, hi)
+
+    def _prelink_device(self) -> list[tuple[KEvent, KEvent | None, KEvent | None]]:
+        """Device event -> its launching runtime call and the innermost host range around it."""
+        kt = self.kt
+        runtime_by_corr = {rt.args.get("correlation"): rt for rt in kt.runtime}
+        runtime_by_corr.pop(None, None)
+        threads, flows, window = self.threads, kt.flow_ends, self.window
+        out = []
+        for ev in sorted(kt.device, key=lambda e: e.start):
+            corr = ev.args.get("correlation")
+            if corr is None:
+                corr = flows.get((ev.pid, ev.tid, ev.start))
+            runtime = runtime_by_corr.get(corr)
+            if window is not None and (runtime is None or not
+                                       window[0] <= runtime.start <= window[1]):
+                continue  # launched outside the steps the ET recorded
+            inner = None
+            if runtime is not None:
+                th = threads.get((runtime.pid, runtime.tid))
+                inner = th.innermost(runtime.start) if th is not None else None
+                anc = inner
+                while anc is not None:
+                    if anc.name in C10D_OPS:
+                        self.c10d_on_device.add(id(anc))
+                    anc = anc.parent
+            out.append((ev, runtime, inner))
+        return out
+
+    # ------------------------------------------------------------------------- host ops
+    def _host_ops_from_et(self) -> None:
+        et, by_et = self.et, self.match.by_et
+        tops: list[EtNode] = []
+        for root in et.thread_roots():
+            stack = list(reversed(root.children))
+            while stack:
+                node = stack.pop()
+                if node.name == PG_INIT:
+                    self._metadata_op(node.name, node.inputs.values[0] if node.inputs.values
+                                      else "", f"thread:et{node.tid}", node.id)
+                elif node.scope == USER_SCOPE and node.children:
+                    stack.extend(reversed(node.children))
+                else:
+                    tops.append(node)
+        lane_of = self._et_thread_lanes(tops)
+        top_uid: dict[int, int] = {}
+        for node in tops:
+            op = self._et_host_op(node, by_et.get(node.id), lane_of[node.tid])
+            top_uid[node.id] = op.uid
+            self.seqs[lane_of[node.tid]].append(op.uid)
+        self._nested_c10d(top_uid)
+        if not any(op.kind == OpKind.METADATA for op in self.ops):
+            self._kineto_pg_metadata()
+
+    def _et_thread_lanes(self, tops: list[EtNode]) -> dict[int, str]:
+        """ET tid -> lane, named after the Kineto thread most of its matched ops ran on."""
+        votes: dict[int, dict[object, int]] = defaultdict(lambda: defaultdict(int))
+        for node in tops:
+            ev = self.match.by_et.get(node.id)
+            if ev is not None:
+                votes[node.tid][ev.tid] += 1
+        lanes = {}
+        for node in tops:
+            if node.tid not in lanes:
+                v = votes.get(node.tid)
+                lanes[node.tid] = (f"thread:{max(v, key=v.get)}" if v
+                                   else f"thread:et{node.tid}")
+        return lanes
+
+    def _et_host_op(self, node: EtNode, ev: KEvent | None, lane: str) -> Op:
+        if node.name in C10D_OPS and self._c10d_on_host(node, ev):
+            op = self._c10d_comm_op(node, ev)
+        else:
+            op = self._add(node.name, OpKind.COMPUTE, False, lane, ev)
+            op.attrs["et_id"] = node.id
+        if node.rf_id:
+            op.attrs["rf_id"] = node.rf_id
+        op.inputs = _tensor_io(node.inputs)
+        op.outputs = _tensor_io(node.outputs)
+        return op
+
+    def _c10d_on_host(self, node: EtNode, ev: KEvent | None) -> bool:
+        """A c10d op is a host-side collective when it launched no device work."""
+        if ev is not None and id(ev) in self.c10d_on_device:
+            return False
+        if ev is None and self.kt is not None and self.kt.device and _on_gpu(node):
+            return False  # unmatched, but its kernels are in Kineto: they represent it
+        return True
+
+    def _c10d_comm_op(self, node: EtNode, ev: KEvent | None) -> Op:
+        meta = self.rpc_meta.get(node.id) or from_c10d_et(node)
+        kind, ctype = classify(node.name) or (OpKind.COLLECTIVE, None)
+        if node.name == "c10d::alltoall_base_":
+            ctype = CommType.ALL_TO_ALL
+        op = self._add(node.name, kind, True, f"comm:{meta.pg_name or 'default'}", ev)
+        op.comm = self._comm_info(kind, ctype, meta)
+        op.attrs["et_id"] = node.id
+        op.attrs["host_side_collective"] = True
+        _split_attrs(op, meta)
+        return op
+
+    def _nested_c10d(self, top_uid: dict[int, int]) -> None:
+        """c10d ops nested under a top-level op that ran on the CPU get their own comm op."""
+        by_id = self.et.by_id
+        for node in self.et.nodes:
+            if node.name not in C10D_OPS or node.id in top_uid:
+                continue
+            anc = by_id.get(node.parent)
+            while anc is not None and anc.id not in top_uid and anc.parent != anc.id:
+                anc = by_id.get(anc.parent)
+            if anc is None or anc.id not in top_uid:
+                continue
+            ev = self.match.by_et.get(node.id)
+            if not self._c10d_on_host(node, ev):
+                continue
+            op = self._c10d_comm_op(node, ev)
+            op.inputs, op.outputs = _tensor_io(node.inputs), _tensor_io(node.outputs)
+            parent = top_uid[anc.id]
+            self.edges.append(Edge(parent, op.uid, EdgeKind.PARENT))
+            self.nested_after[parent].append(op.uid)
+
+    def _host_ops_from_kineto(self) -> None:
+        for key, th in self.threads.items():
+            lane = f"thread:{key[1]}"
+            for ev in th.events:
+                if ev.cat != "cpu_op" or _inside_cpu_op(ev):
+                    continue
+                if ev.name in C10D_OPS and id(ev) not in self.c10d_on_device:
+                    meta = from_c10d_kineto(ev.name, ev.args)
+                    kind, ctype = classify(ev.name) or (OpKind.COLLECTIVE, None)
+                    op = self._add(ev.name, kind, True, "comm:default", ev)
+                    op.comm = self._comm_info(kind, ctype, meta)
+                    op.attrs["host_side_collective"] = True
+                else:
+                    op = self._add(ev.name, OpKind.COMPUTE, False, lane, ev)
+                self.seqs[lane].append(op.uid)
+        self._kineto_pg_metadata()
+
+    def _metadata_op(self, name: str, config: object, lane: str, et_id: int | None) -> None:
+        text = config if isinstance(config, str) else orjson.dumps(config).decode()
+        op = self._add(name, OpKind.METADATA, False, lane, None)
+        op.attrs["pg_config"] = text
+        if et_id is not None:
+            op.attrs["et_id"] = et_id
+
+    def _kineto_pg_metadata(self) -> None:
+        configs = self.kt.distributed.get("pg_config") if self.kt is not None else None
+        if configs:
+            self._metadata_op("process_group:config", configs, "metadata", None)
+
+    # ----------------------------------------------------------------------- device ops
+    def _device_op(self, ev: KEvent, runtime: KEvent | None, inner: KEvent | None) -> None:
+        args = ev.args
+        lane = f"stream:{args.get('device', ev.pid)}:{args.get('stream', ev.tid)}"
+        kind, comm, nbytes, collective = OpKind.COMPUTE, None, None, None
+        if ev.cat == "kernel":
+            kind, comm, collective = self._kernel_comm(ev, inner)
+        else:
+            nbytes = _copy_bytes(ev)
+            if ev.cat == "gpu_memcpy":
+                direction = ev.name[7:11] if ev.name.startswith("Memcpy ") else args.get("kind")
+                kind = {"HtoD": OpKind.MEM_LOAD, "DtoH": OpKind.MEM_STORE}.get(direction, kind)
+        op = self._add(ev.name, kind, True, lane, None)
+        op.start_ps, op.dur_ps = ev.start * PS_PER_NS, ev.dur * PS_PER_NS
+        op.comm, op.bytes = comm, nbytes
+        op.attrs["category"] = ev.cat
+        if collective is not None:
+            op.attrs["collective"] = collective
+        for key in ("correlation", "stream", "device"):
+            value = args.get(key)
+            if type(value) is int:
+                op.attrs[key] = value
+        if runtime is None:
+            return
+        self.launches.append((runtime, op.uid, lane))
+        host = inner
+        while host is not None and host.op < 0:
+            host = host.parent
+        if host is not None:
+            self.edges.append(Edge(host.op, op.uid, EdgeKind.LAUNCH))
+
+    def _kernel_comm(self, ev: KEvent, inner: KEvent | None
+                     ) -> tuple[OpKind, CommInfo | None, str | None]:
+        """(kind, comm, collective name) of a kernel; COMPUTE unless it is NCCL / RCCL."""
+        coll = kernel_collective(ev.name)
+        meta = from_kineto_args(ev.args)
+        if coll is None and meta is None:
+            return OpKind.COMPUTE, None, None
+        anc_meta, anc_name = self._ancestor_comm(inner)
+        meta = meta or anc_meta
+        for name in (meta.name if meta else None, anc_name, coll):
+            found = classify(name) if name else None
+            if found is not None:
+                kind, ctype = found
+                return kind, self._comm_info(kind, ctype, meta), name
+        return OpKind.COMPUTE, None, coll  # e.g. RCCL "Generic" without metadata
+
+    def _ancestor_comm(self, anc: KEvent | None) -> tuple[CommMeta | None, str | None]:
+        """Collective metadata from the host ranges around a launch (record_param_comms,
+        the c10d op, an ``nccl:*`` annotation), innermost first."""
+        name, fallback = None, None
+        while anc is not None:
+            if anc.name == RPC:
+                meta = from_kineto_args(anc.args)
+                if meta is None and anc.et is not None:
+                    meta = self.rpc_meta.get(anc.et.id)
+                if meta is not None and meta.name != "wait":
+                    return meta, name
+            elif anc.et is not None and anc.et.id in self.rpc_meta:
+                return self.rpc_meta[anc.et.id], name
+            if name is None and (anc.name in C10D_OPS or anc.name.startswith("nccl:")):
+                name = anc.name
+            if anc.name in C10D_OPS:
+                shapes = from_c10d_kineto(anc.name, anc.args)
+                if shapes.in_bytes or shapes.out_bytes:  # in and out: better than nccl:*
+                    return shapes, name
+            elif fallback is None and anc.name.startswith("nccl:"):
+                fallback = from_nccl_annotation(anc.name, anc.args)
+            anc = anc.parent
+        return fallback, name
+
+    def _comm_info(self, kind: OpKind, ctype: CommType | None, meta: CommMeta | None
+                   ) -> CommInfo:
+        if meta is None:
+            return CommInfo(0, ctype if kind == OpKind.COLLECTIVE else None)
+        info = CommInfo(meta.size_for(ctype), ctype if kind == OpKind.COLLECTIVE else None,
+                        self.groups.resolve(meta.pg_name, meta.ranks))
+        if kind in (OpKind.SEND, OpKind.RECV):
+            me = self.trace.rank
+            info.src, info.dst = (me, meta.peer) if kind == OpKind.SEND else (meta.peer, me)
+            info.tag = meta.tag if meta.tag is not None else 0
+        return info
+
+    # ---------------------------------------------------------------------------- edges
+    def _order_edges(self) -> None:
+        edges, nested = self.edges, self.nested_after
+        for uids in self.seqs.values():
+            for a, b in zip(uids, uids[1:]):
+                edges.append(Edge(a, b, EdgeKind.HOST_ORDER))
+                for c in nested.get(a, ()):
+                    edges.append(Edge(c, b, EdgeKind.HOST_ORDER))
+        lanes: dict[str, list[Op]] = defaultdict(list)
+        for op in self.ops:
+            if op.on_device and op.start_ps is not None and op.lane.startswith("stream:"):
+                lanes[op.lane].append(op)
+        for ops in lanes.values():
+            ops.sort(key=lambda o: (o.start_ps, o.uid))
+            for a, b in zip(ops, ops[1:]):
+                edges.append(Edge(a.uid, b.uid, EdgeKind.STREAM_ORDER))
+
+    # --------------------------------------------------------------------------- finish
+    def _add(self, name: str, kind: OpKind, on_device: bool, lane: str, ev: KEvent | None
+             ) -> Op:
+        op = Op(len(self.ops), name, kind, on_device, lane)
+        if ev is not None:
+            op.start_ps, op.dur_ps = ev.start * PS_PER_NS, ev.dur * PS_PER_NS
+            ev.op = op.uid
+            self.thread_ops[(ev.pid, ev.tid)].append((ev.start, op.uid))
+        self.ops.append(op)
+        return op
+
+    def _finish(self) -> None:
+        pytorch_edges.prune_edges(self)
+        trace, et, kt = self.trace, self.et, self.kt
+        trace.groups = self.groups.table()
+        device = [op for op in self.ops if op.on_device and op.lane.startswith("stream:")]
+        launched = {e.dst for e in self.edges if e.kind == EdgeKind.LAUNCH}
+        stats = trace.stats
+        stats["ops"] = len(self.ops)
+        stats["edges"] = len(self.edges)
+        stats["device_ops"] = len(device)
+        stats["device_linked"] = sum(1 for op in device if op.uid in launched)
+        stats["device_time_ps"] = sum(op.dur_ps or 0 for op in device)
+        stats["window_applied"] = int(self.window is not None)
+        if kt is not None:
+            stats["kineto_device_events"] = len(kt.device)
+            stats["input_bytes"] = stats.get("input_bytes", 0) + kt.raw_bytes
+            trace.metadata.update(kineto_file=kt.path.name, kineto_events=kt.events_total)
+            if kt.pids:
+                trace.metadata["kineto_pid"] = sorted(p for p in kt.pids if type(p) is int)[:1][0] \
+                    if any(type(p) is int for p in kt.pids) else str(next(iter(kt.pids)))
+        if et is not None:
+            stats["input_bytes"] = stats.get("input_bytes", 0) + et.raw_bytes
+            trace.metadata.update(schema=et.schema, host_et_file=et.path.name)
+            if et.pid is not None:
+                trace.metadata["pid"] = et.pid
+            trace.warnings.extend(et.warnings)
+        if et is not None and kt is not None:
+            self._report_match()
+        trace.metadata["clock"] = trace.clock
+
+    def _report_match(self) -> None:
+        trace, m = self.trace, self.match
+        stats = trace.stats
+        stats["host_ops"] = m.eligible
+        stats["host_matched"] = len(m.by_et)
+        stats["match_rate"] = round(m.rate, 4)
+        trace.metadata["match_strategy"] = m.strategy
+        names = f"{self.et.path} and {self.kt.path}"
+        pid_differs = self.et.pid is not None and self.et.pid not in self.kt.pids
+        if m.rate < LOW_MATCH:
+            trace.warnings.append(
+                f"{names}: only {len(m.by_et)} of {m.eligible} host ops "
+                f"({m.rate:.0%}) match Kineto{' and the pids differ' if pid_differs else ''}: "
+                "they look like two different runs; host times and launches are incomplete")
+        elif pid_differs:
+            trace.metadata["note"] = (f"ET pid {self.et.pid} is not Kineto's; the traces are two "
+                                      f"runs of one program ({m.rate:.1%} of host ops match)")
+
+
+def _inside_cpu_op(ev: KEvent) -> bool:
+    anc = ev.parent
+    while anc is not None:
+        if anc.cat == "cpu_op":
+            return True
+        anc = anc.parent
+    return False
+
+
+def _on_gpu(node: EtNode) -> bool:
+    text = orjson.dumps(node.inputs.values)
+    return b'"cuda' in text or b'"hip' in text
+
+
+def _tensor_io(io) -> TensorIO:
+    dumps = orjson.dumps
+    return TensorIO(dumps(io.values).decode(), dumps(io.shapes).decode(), dumps(io.types).decode())
+
+
+def _copy_bytes(ev: KEvent) -> int | None:
+    nbytes = ev.args.get("bytes")
+    if type(nbytes) is int:
+        return nbytes
+    bandwidth = ev.args.get("memory bandwidth (GB/s)")
+    if isinstance(bandwidth, (int, float)):
+        return round(bandwidth * ev.dur)  # GB/s x ns = bytes
+    return None
+
+
+def _split_attrs(op: Op, meta: CommMeta) -> None:
+    if meta.in_split:
+        op.attrs["in_split_size"] = meta.in_split
+    if meta.out_split:
+        op.attrs["out_split_size"] = meta.out_split
+    op.attrs["collective"] = meta.name
+
+
+__all__ = ["load", "link", "TraceFormatError"]

@@ -1,0 +1,176 @@
+"""Match host ET nodes to Kineto host ranges, and index Kineto ranges by thread and time.
+
+Three keys, tried in this order and the one that matches most (by name too) wins:
+
+1. ET ``rf_id`` == Kineto ``Record function id`` (the observer ran with the profiler, newer
+   PyTorch);
+2. ET ``rf_id`` == Kineto ``External id`` (older pairs);
+3. the ordered sequence of op names per thread (oldest pairs, or ids that drifted). ET threads
+   are paired with Kineto threads by name overlap; each alignment walks forward with a small
+   look-ahead, skipping ranges one side has and the other lacks, and is tried from every
+   plausible start (bounded), so that when Kineto covers many steps and the ET one, the
+   ET's own step is found.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from chakra_hooks.linker.kineto import KEvent
+from chakra_hooks.linker.pytorch_et import EtNode, HostEt
+
+LOOKAHEAD = 16
+ANCHOR_PROBE = 8  # leading names that must agree for a start to be tried
+MAX_STARTS = 256  # starts tried per thread (each costs one linear alignment)
+
+
+@dataclass(slots=True)
+class KThread:
+    """Host ranges of one Kineto thread, in entry order, with their nesting filled in."""
+
+    key: tuple
+    events: list[KEvent]
+    starts: list[int]
+
+    def innermost(self, t: int) -> KEvent | None:
+        """The innermost range open at time ``t`` (start <= t <= end), or None."""
+        i = bisect_right(self.starts, t) - 1
+        ev = self.events[i] if i >= 0 else None
+        while ev is not None and ev.start + ev.dur < t:
+            ev = ev.parent
+        return ev
+
+
+def index_threads(host: list[KEvent]) -> dict[tuple, KThread]:
+    """Group host ranges by (pid, tid), sort them in entry order and set ``parent``."""
+    groups: dict[tuple, list[KEvent]] = defaultdict(list)
+    for ev in host:
+        groups[(ev.pid, ev.tid)].append(ev)
+    threads = {}
+    for key, events in groups.items():
+        # Entry order: earlier start first; at equal starts the longer (enclosing) range first.
+        events.sort(key=lambda e: (e.start, -e.dur))
+        stack: list[KEvent] = []
+        for ev in events:
+            while stack and stack[-1].start + stack[-1].dur <= ev.start:
+                stack.pop()
+            ev.parent = stack[-1] if stack else None
+            stack.append(ev)
+        threads[key] = KThread(key, events, [e.start for e in events])
+    return threads
+
+
+@dataclass(slots=True)
+class Match:
+    by_et: dict[int, KEvent] = field(default_factory=dict)
+    strategy: str = "none"
+    eligible: int = 0  # ET nodes that could match (all but the roots)
+
+    @property
+    def rate(self) -> float:
+        return len(self.by_et) / self.eligible if self.eligible else 0.0
+
+
+def _by_key(nodes: list[EtNode], host: list[KEvent], key: str) -> dict[int, KEvent]:
+    index: dict[int, KEvent] = {}
+    for ev in host:
+        k = ev.args.get(key)
+        if k:
+            index[k] = ev
+    out = {}
+    for n in nodes:
+        ev = index.get(n.rf_id) if n.rf_id else None
+        if ev is not None and ev.name == n.name:
+            out[n.id] = ev
+    return out
+
+
+def match_et(et: HostEt, host: list[KEvent], threads: dict[tuple, KThread]) -> Match:
+    """Match ET nodes to Kineto host ranges with the best of the three keys."""
+    nodes = [n for n in et.nodes if not n.is_root]
+    best = Match(eligible=len(nodes))
+    if any(ev.args.get("Record function id") for ev in host[:2000]):
+        best = Match(_by_key(nodes, host, "Record function id"), "record_function_id", len(nodes))
+    if best.rate < 0.9:
+        by_ext = Match(_by_key(nodes, host, "External id"), "external_id", len(nodes))
+        best = by_ext if len(by_ext.by_et) > len(best.by_et) else best
+    if best.rate < 0.9:
+        by_seq = Match(_by_sequence(nodes, threads), "name_sequence", len(nodes))
+        best = by_seq if len(by_seq.by_et) > len(best.by_et) else best
+    for et_id, ev in best.by_et.items():
+        ev.et = et.by_id[et_id]
+    return best
+
+
+def _by_sequence(nodes: list[EtNode], threads: dict[tuple, KThread]) -> dict[int, KEvent]:
+    per_tid: dict[int, list[EtNode]] = defaultdict(list)
+    for n in nodes:
+        per_tid[n.tid].append(n)
+    out: dict[int, KEvent] = {}
+    used: set[tuple] = set()
+    # Largest ET threads pick their Kineto thread first.
+    for tid, seq in sorted(per_tid.items(), key=lambda kv: -len(kv[1])):
+        want = Counter(n.name for n in seq)
+        best_key, best_score = None, 0
+        for key, th in threads.items():
+            if key in used:
+                continue
+            score = sum((want & Counter(e.name for e in th.events)).values())
+            if score > best_score:
+                best_key, best_score = key, score
+        if best_key is None:
+            continue
+        used.add(best_key)
+        out.update(_best_alignment(seq, threads[best_key].events))
+    return out
+
+
+def _best_alignment(seq: list[EtNode], events: list[KEvent]) -> dict[int, KEvent]:
+    """Align ``seq`` from each plausible start in ``events`` and keep the best alignment.
+
+    Starts are where the first names of the ET thread appear in order; when Kineto recorded
+    many identical steps, the one that aligns with most ET nodes wins (the first step often
+    differs: no gradients to zero or accumulate yet), ties going to the start whose
+    ``External id`` is closest to the ET's ``rf_id``.
+    """
+    probe = [n.name for n in seq[:ANCHOR_PROBE]]
+    width = len(probe)
+    candidates = [j for j, e in enumerate(events) if e.name == probe[0]
+                  and [x.name for x in events[j:j + width]] == probe][:MAX_STARTS]
+    if not candidates:
+        candidates = [j for j, e in enumerate(events) if e.name == probe[0]][:MAX_STARTS] or [0]
+    best: dict[int, KEvent] = {}
+    best_key = (-1, 0)
+    for j in candidates:
+        out: dict[int, KEvent] = {}
+        _align(seq, events, j, out)
+        ext = events[j].args.get("External id")
+        key = (len(out), -abs(ext - seq[0].rf_id) if isinstance(ext, int) else 0)
+        if key > best_key:
+            best, best_key = out, key
+    return best
+
+
+def _align(seq: list[EtNode], events: list[KEvent], j: int, out: dict[int, KEvent]) -> None:
+    """Greedy forward alignment of two name sequences with a bounded look-ahead."""
+    i = 0
+    n_seq, n_ev = len(seq), len(events)
+    while i < n_seq and j < n_ev:
+        name = seq[i].name
+        if name == events[j].name:
+            out[seq[i].id] = events[j]
+            i += 1
+            j += 1
+            continue
+        skip_ev = next((k for k in range(1, LOOKAHEAD) if j + k < n_ev
+                        and events[j + k].name == name), 0)
+        skip_et = next((k for k in range(1, LOOKAHEAD) if i + k < n_seq
+                        and seq[i + k].name == events[j].name), 0)
+        if skip_ev and (not skip_et or skip_ev <= skip_et):
+            j += skip_ev
+        elif skip_et:
+            i += skip_et
+        else:
+            i += 1  # an ET node Kineto did not record here: keep Kineto's place

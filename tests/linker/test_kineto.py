@@ -1,0 +1,98 @@
+"""Kineto reader: real corpus files, integer clocks, and bad input."""
+
+from __future__ import annotations
+
+import gzip
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.linker.kineto import read_kineto
+
+
+@pytest.fixture(scope="module")
+def resnet(corpus: Path):
+    return read_kineto(corpus / "pytorch/a100_resnet_nccl/kineto.json.gz")
+
+
+def test_resnet_device_events_and_kernel_time(resnet) -> None:
+    cats = Counter(ev.cat for ev in resnet.device)
+    assert cats == {"kernel": 2700, "gpu_memcpy": 960, "gpu_memset": 114}
+    kernel_ns = sum(ev.dur for ev in resnet.device if ev.cat == "kernel")
+    # 162,532.3 us summed from the file's 3-decimal microseconds, kept exactly in ns.
+    assert kernel_ns == 162_532_340
+    assert len(resnet.runtime) == 8740
+    assert Counter(ev.cat for ev in resnet.host)["cpu_op"] == 14346
+
+
+def test_relative_timestamps_become_absolute_integer_ns(resnet) -> None:
+    assert resnet.clock == "kineto:baseTimeNanoseconds"
+    assert resnet.base_ns == 1711964646000000000
+    first = min(resnet.device, key=lambda e: e.start)
+    assert type(first.start) is int and type(first.dur) is int
+    assert first.start > resnet.base_ns
+    assert all(type(ev.start) is int for ev in resnet.host)
+    assert resnet.rank == 0 and resnet.world_size == 2
+
+
+def test_absolute_epoch_timestamps(corpus: Path) -> None:
+    trace = read_kineto(corpus / "pytorch/a100_simple_add/kineto.json.gz")
+    assert trace.clock == "kineto:epoch-us" and trace.base_ns == 0
+    kernels = [ev for ev in trace.device if ev.cat == "kernel"]
+    assert len(kernels) == 4
+    # 2023-07-14 in ns since the epoch.
+    assert all(1_689_000_000 * 10**9 < ev.start < 1_690_000_000 * 10**9 for ev in kernels)
+
+
+def test_three_decimals_round_not_truncate(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    path.write_text('{"baseTimeNanoseconds": 1000, "traceEvents": ['
+                    '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, '
+                    '"ts": 0.29, "dur": 1.001, "args": {"correlation": 1}}]}')
+    ev = read_kineto(path).device[0]
+    # 0.29 * 1000 is 289.99999999999997 in floats: truncation would give 289.
+    assert (ev.start, ev.dur) == (1290, 1001)
+
+
+def test_rocm_trace_reads(corpus: Path) -> None:
+    trace = read_kineto(corpus / "vllm/mi300x_decode_full/graph_execution.json.gz")
+    assert Counter(ev.cat for ev in trace.device)["kernel"] == 425
+
+
+@pytest.mark.parametrize("content, where", [
+    (b'{"traceEvents": [{"ph": "X", "cat": "kernel"', "byte"),
+    (b"", "byte 0"),
+    (b'{"traceEvents": []}', "traceEvents"),
+    (b'{"something": 1}', "top level"),
+    (b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0}]}',
+     "traceEvents[0]"),
+])
+def test_bad_json_is_one_line_error(tmp_path: Path, content: bytes, where: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    with pytest.raises(TraceFormatError) as info:
+        read_kineto(path)
+    message = str(info.value)
+    assert "\n" not in message and str(path) in message and where in message
+
+
+def test_truncated_and_corrupt_gzip(tmp_path: Path, corpus: Path) -> None:
+    data = (corpus / "pytorch/a100_simple_add/kineto.json.gz").read_bytes()
+    truncated = tmp_path / "truncated.json.gz"
+    truncated.write_bytes(data[: len(data) // 2])
+    with pytest.raises(TraceFormatError, match="truncated"):
+        read_kineto(truncated)
+    corrupt = tmp_path / "corrupt.json.gz"
+    corrupt.write_bytes(data[:20] + bytes(b ^ 0xFF for b in data[20:60]) + data[60:])
+    with pytest.raises(TraceFormatError, match="gzip"):
+        read_kineto(corrupt)
+
+
+def test_gzip_detected_by_content_not_suffix(tmp_path: Path) -> None:
+    path = tmp_path / "plain_name.json"
+    path.write_bytes(gzip.compress(b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a",'
+                                   b' "pid": 1, "tid": 1, "ts": 5, "dur": 2, "args": {}}]}'))
+    trace = read_kineto(path)
+    assert trace.host[0].start == 5000 and trace.host[0].dur == 2000
