@@ -126,7 +126,8 @@ def _tpu_device(view: PlaneView, ordinal: int) -> Device:
             elif dev_off is not None and chip_offset is not None:
                 points.append((start, start - dev_off))
                 ev.start_ps = dev_off + chip_offset
-                ev.dur_ps = int_stat(stats, dur_id) or dur
+                dev_dur = int_stat(stats, dur_id)
+                ev.dur_ps = dur if dev_dur is None else dev_dur  # 0 is a real device duration
     if points and chip_offset is not None:
         points.sort()
         keys = [p[0] for p in points]
@@ -136,7 +137,32 @@ def _tpu_device(view: PlaneView, ordinal: int) -> Device:
             dend = points[max(0, bisect.bisect_right(keys, end) - 1)][1]
             ev.start_ps, end = ev.start_ps - dstart + chip_offset, end - dend + chip_offset
             ev.dur_ps = max(0, end - ev.start_ps)
+    _clamp_transfers(dev.events, transfers)
     return dev
+
+
+def _clamp_transfers(events: list[DeviceEvent], transfers: list[DeviceEvent]) -> None:
+    """A transfer cannot start before the copy-start that issues it.
+
+    XProf draws some ``async-copy`` spans from an earlier point than their copy-start (by a
+    few ms in the corpus); such a span is shortened to start at the nearest copy-start of the
+    same instruction and module run, keeping its end."""
+    issued: dict[tuple[str, object, str], list[int]] = {}
+    for ev in events:
+        if not ev.transfer:
+            issued.setdefault((ev.module_key, ev.exec_key, ev.name), []).append(ev.start_ps)
+    for starts in issued.values():
+        starts.sort()
+    for ev in transfers:
+        starts = issued.get((ev.module_key, ev.exec_key, ev.name))
+        if not starts:
+            continue
+        k = bisect.bisect_left(starts, ev.start_ps)
+        nearest = min(starts[max(0, k - 1):k + 1], key=lambda s: abs(s - ev.start_ps))
+        if nearest > ev.start_ps:
+            end = ev.start_ps + ev.dur_ps
+            ev.start_ps = nearest
+            ev.dur_ps = max(0, end - nearest)
 
 
 def _tpu_event(view: PlaneView, mid: int, start: int, dur: int, lane: str, transfer: bool) -> DeviceEvent:

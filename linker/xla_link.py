@@ -128,7 +128,8 @@ class _DeviceLinker:
         self.trace.metadata.update({"device": dev.plane, "device_kind": dev.kind, "clock": dev.clock})
 
     def link(self) -> LinkedTrace:
-        self.dev.events.sort(key=lambda e: (e.start_ps, e.lane))
+        # At equal starts a transfer follows the copy-start that issues it (uids = this order).
+        self.dev.events.sort(key=lambda e: (e.start_ps, e.transfer, e.lane))
         matched = 0
         for ev in self.dev.events:
             module, inst = self._resolve(ev)
@@ -179,6 +180,7 @@ class _DeviceLinker:
             if direction is not None:
                 op = self._new_op(ev, OpKind.MEM_LOAD if direction == "load" else OpKind.MEM_STORE,
                                   f"{inst.name}:{'host_to_device' if direction == 'load' else 'device_to_host'}")
+                self._describe(op, module, inst)
                 op.bytes = module.operand_bytes(inst)
                 return [op.uid]
         coll = hlo.collective_of(module, inst)
