@@ -64,13 +64,28 @@ def _process_groups() -> list[dict]:
         world = dist.distributed_c10d._world
         out = []
         for pg, name in world.pg_names.items():
-            ranks = dist.get_process_group_ranks(pg)
-            out.append({"pg_name": str(name), "pg_desc": world.pg_group_desc.get(pg, "")
-                        if hasattr(world, "pg_group_desc") else "", "ranks": sorted(ranks)})
-        return sorted(out, key=lambda g: g["pg_name"])
+            ranks = sorted(dist.get_process_group_ranks(pg))
+            desc = str(getattr(pg, "group_desc", "") or "")
+            out.append({"pg_name": str(name), "pg_desc": desc, "ranks": ranks,
+                        "group_size": len(ranks)})
+        return sorted(out, key=lambda g: (len(g["pg_name"]), g["pg_name"]))
     except Exception as exc:  # private API: never fail the capture over it
         log.warning("chakra-hooks: could not list process groups: %s", exc)
         return []
+
+
+def _profiler_enabled() -> bool:
+    import torch
+
+    return bool(torch.autograd._profiler_enabled())
+
+
+def _check_no_other_profiler() -> None:
+    # torch lets a second profiler start silently and the first one then loses all its events
+    # (seen on 2.13): never do that to the user's own profiler.
+    if _profiler_enabled():
+        raise RuntimeError("another torch profiler is already active in this process; "
+                           "not recording (starting ours would discard its events)")
 
 
 def _versions() -> dict[str, str]:
@@ -211,7 +226,9 @@ class Trace:
         if s is None:
             return
         if n == self.first and not s.started:
-            self._guard(s, "starting the profiler", self._begin, s)
+            if not self._guard(s, "starting the profiler", self._begin, s):
+                self._finish(error=None)  # nothing to record: write the manifest, drop it all
+                return
         if n >= self.end:
             self._finish(error=None)
             return
@@ -237,12 +254,13 @@ class Trace:
         s = _Session(rank, world)
         self._session = s
         if not self._guard(s, "preparing the profiler", self._prepare_profiler, s):
-            self._release(s)
+            self._finish(error=None)  # the manifest says why this rank has no capture
 
     def _prepare_profiler(self, s: _Session) -> None:
         import torch
         from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile
 
+        _check_no_other_profiler()
         self.outdir.mkdir(parents=True, exist_ok=True)
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
@@ -259,6 +277,7 @@ class Trace:
     def _begin(self, s: _Session) -> None:
         if s.prof is None:
             return
+        _check_no_other_profiler()
         s.prof.start_trace()  # starts the ET observer and Kineto together
         s.started = True
         if self.routing:
@@ -355,13 +374,14 @@ class Trace:
             "error": "; ".join(s.errors) or None, "files": files,
             "process_groups": _process_groups(), "clocks": CLOCKS, "pid": os.getpid(),
         }
+        self.outdir.mkdir(parents=True, exist_ok=True)
         mf.write_rank_manifest(self.outdir, entry)
         expected = [r for r in range(s.world_size) if self.ranks is None or r in self.ranks]
         self.wrote_run_manifest = mf.update_run_manifest(self.outdir, expected)
 
     def _release(self, s: _Session) -> None:
         """Drop every profiler object so nothing runs after the window."""
-        if s.prof is not None and not s.started:
+        if s.prof is not None and not s.started and not _profiler_enabled():
             # Prepared (warm-up) but never started: Kineto must be shut down properly, or the
             # next profiler in this process finds it half-initialised.
             try:

@@ -10,10 +10,10 @@ Layout of a capture directory written by :func:`chakra_hooks.collectors.torch.tr
 
 ``manifest.json`` (read by the PyTorch discoverer) has the keys ``format``, ``framework``,
 ``versions``, ``world_size``, ``steps``, ``complete``, ``process_groups``, ``clocks``,
-``expected_ranks``, ``missing_ranks`` and ``ranks``:
-``{"<r>": {"host_et": relpath, "kineto": relpath, "routing": relpath | null,
-"complete": bool, "error": str | null, "steps": [...]}}``. Paths are relative to the capture
-directory. ``complete`` is true only when every expected rank recorded its whole window.
+``expected_ranks``, ``missing_ranks``, ``ranks`` (role -> file, only files that exist:
+``{"<r>": {"host_et": relpath, "kineto": relpath, "routing": relpath}}``, paths relative to
+the capture directory) and ``rank_status`` (``{"<r>": {"complete", "error", "steps"}}``).
+``complete`` is true only when every expected rank recorded its whole window.
 
 Why no collectives: a barrier in the collector could hang a job whose other rank crashed.
 Instead every rank writes its own file, then merges whatever rank files exist. The merged file
@@ -83,32 +83,32 @@ def read_rank_manifests(outdir: Path) -> dict[int, dict]:
 def merge(entries: dict[int, dict], expected: list[int]) -> dict:
     """The run manifest for the rank manifests found so far."""
     first = entries[min(entries)]
-    ranks = {
-        str(r): {
-            "host_et": e["files"].get("host_et"),
-            "kineto": e["files"].get("kineto"),
-            "routing": e["files"].get("routing"),
-            "complete": bool(e.get("complete")),
-            "error": e.get("error"),
-            "steps": e.get("steps", []),
-        }
-        for r, e in sorted(entries.items())
-    }
+    # "ranks" maps roles to files only (the discoverer treats every value as a path).
+    ranks = {str(r): {role: rel for role, rel in e["files"].items() if rel}
+             for r, e in sorted(entries.items())}
+    status = {str(r): {"complete": bool(e.get("complete")), "error": e.get("error"),
+                       "steps": e.get("steps", [])} for r, e in sorted(entries.items())}
     missing = [r for r in expected if r not in entries]
     steps = sorted({s for e in entries.values() for s in e.get("steps", [])})
-    pgs = entries.get(0, first).get("process_groups", [])
+    # A rank only sees the groups it belongs to: the run's groups are the union.
+    by_name: dict[str, dict] = {}
+    for _, e in sorted(entries.items()):
+        for g in e.get("process_groups", []):
+            by_name.setdefault(str(g.get("pg_name")), g)
+    pgs = [by_name[k] for k in sorted(by_name, key=lambda n: (len(n), n))]
     return {
         "format": FORMAT,
         "framework": first.get("framework", "pytorch"),
         "versions": first.get("versions", {}),
         "world_size": first.get("world_size", len(expected)),
         "steps": steps,
-        "complete": not missing and all(v["complete"] for v in ranks.values()),
+        "complete": not missing and all(v["complete"] for v in status.values()),
         "process_groups": pgs,
         "clocks": first.get("clocks", {}),
         "expected_ranks": expected,
         "missing_ranks": missing,
         "ranks": ranks,
+        "rank_status": status,
     }
 
 

@@ -13,7 +13,7 @@ Routers are found automatically:
 - Anything else: :func:`register_router`.
 
 Inside the capture window every router call is wrapped in a ``record_function`` annotation
-named ``moe_routing:layer<N>`` (so it shows up with its timing in both the host ET and the
+named ``moe_router:layer<N>`` (so it shows up with its timing in both the host ET and the
 Kineto trace), and its per-expert counts are computed ON THE DEVICE without a host sync
 (``where`` + ``bincount``/``scatter_add``); all counts are copied to the host once, at the end
 of the window. Outside the window no hook is installed at all.
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 SIDECAR_FORMAT = "chakra-hooks-routing/1"
-ANNOTATION_PREFIX = "moe_routing:layer"
+ANNOTATION_PREFIX = "moe_router:layer"
 CLOCK = "unix_ns: time.time_ns(), CLOCK_REALTIME (Kineto baseTimeNanoseconds + ts*1000)"
 
 _LAYER_IN_NAME = re.compile(r"(?:^|\.)(\d+)(?:\.|$)")
