@@ -1,0 +1,157 @@
+"""Benchmark: reading XSpace profiles (.xplane.pb), against raw protobuf decoding.
+
+    python benchmarks/bench_xspace.py [--size-mb 500] [--corpus ../shared/corpus] [--skip-big]
+
+For the corpus profiles and for a generated GPU-like XSpace of about ``--size-mb`` MB, each
+measured in a fresh child process (so peak memory is that measurement's own):
+
+- ``parse``: ``XSpace.ParseFromString`` alone (upb; the floor for any protobuf reader);
+- ``raw``: parse, then a plain loop over every event reading metadata id, offset, duration and
+  every stat's id and value field, with the generated classes and nothing else: what any
+  reader built on raw protobuf must do at least;
+- ``reader``: our reader (``read_xspace`` + ``PlaneView.events``: integer ps start times, stat
+  values with ``ref_value`` resolved) over every event;
+- ``link`` (corpus only): the whole XLA linker, ``xla_link.load``, to linked traces.
+
+Reported: MB, seconds, MB/s, events/s, peak RSS, and reader / raw ratio (target <= 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+CHILD = r"""
+import json, resource, sys, time
+mode, path = sys.argv[1], sys.argv[2]
+from chakra_hooks.linker import xspace, xspace_pb2
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+events = 0
+t = time.perf_counter()
+if mode == "parse":
+    space = xspace_pb2.XSpace(); space.ParseFromString(open(path, "rb").read())
+    events = -1
+elif mode == "raw":
+    space = xspace_pb2.XSpace(); space.ParseFromString(open(path, "rb").read())
+    for plane in space.planes:
+        for line in plane.lines:
+            ts = line.timestamp_ns
+            for ev in line.events:
+                ev.metadata_id; ev.offset_ps; ev.duration_ps
+                for st in ev.stats:
+                    st.metadata_id; st.WhichOneof("value")
+                events += 1
+elif mode == "reader":
+    space = xspace.read_xspace(path)
+    for plane in xspace.planes(space):
+        for line in plane.plane.lines:
+            for mid, start, dur, stats in plane.events(line):
+                plane.stats(stats)
+                events += 1
+else:
+    from chakra_hooks.linker import xla_link
+    from chakra_hooks.linker.sources import RankJob
+    from pathlib import Path
+    traces = xla_link.load(RankJob("xla", {"xspace": Path(path)}))
+    events = sum(t.stats["device_events"] for t in traces)
+dt = time.perf_counter() - t
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"seconds": dt, "events": events, "peak_mb": peak / 1024}))
+"""
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def make_space(path: Path, size_mb: int, events_per_line: int = 200_000) -> int:
+    """A GPU-like XSpace: 8 device planes of stream lines of kernel events with ref_value /
+    int stats. One line is built with protobuf and its bytes repeated (with fresh line ids)
+    so that hundreds of MB are written in seconds. Returns the number of events."""
+    from chakra_hooks.linker import xspace_pb2
+
+    line = xspace_pb2.XLine(id=1, name="Stream #1(Kernel)", timestamp_ns=1_000_000)
+    for i in range(events_per_line):
+        ev = line.events.add(metadata_id=1 + i % 1000, offset_ps=i * 5_000_123, duration_ps=3_000 + i % 997)
+        ev.stats.add(metadata_id=1, ref_value=10 + i % 1000)  # hlo_op -> a name
+        ev.stats.add(metadata_id=2, ref_value=5)  # hlo_module
+        ev.stats.add(metadata_id=3, int64_value=i)  # correlation_id
+    body = line.SerializeToString()
+    head = xspace_pb2.XPlane(id=0, name="/device:GPU:0")
+    for name, sid in (("hlo_op", 1), ("hlo_module", 2), ("correlation_id", 3), ("jit_step(7)", 5)):
+        head.stat_metadata[sid].name = name
+    for k in range(1000):
+        head.stat_metadata[10 + k].name = f"fusion.{k}"
+        head.event_metadata[1 + k].name = f"fusion_kernel_{k}"
+    plane_head = head.SerializeToString()
+    lines_total = max(8, (size_mb * 1_000_000) // len(body))
+    per_plane = -(-lines_total // 8)
+    events = 0
+    with open(path, "wb") as out:
+        for p in range(8):
+            lines = [_field(3, body) for _ in range(per_plane)]
+            plane = plane_head.replace(b"/device:GPU:0", f"/device:GPU:{p}".encode()) + b"".join(lines)
+            out.write(_field(1, plane))
+            events += per_plane * events_per_line
+    return events
+
+
+def measure(mode: str, path: Path) -> dict:
+    out = subprocess.run([sys.executable, "-c", CHILD, mode, str(path)], capture_output=True, text=True,
+                         check=True, cwd=REPO)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def report(label: str, path: Path, modes: list[str]) -> None:
+    mb = path.stat().st_size / 1e6
+    results = {m: measure(m, path) for m in modes}
+    events = results["raw"]["events"]
+    print(f"\n{label}: {mb:.1f} MB, {events:,} events")
+    for m, r in results.items():
+        rate = f"{events / r['seconds']:,.0f} events/s" if events > 0 else ""
+        print(f"  {m:7s} {r['seconds']:8.3f} s  {mb / r['seconds']:8.1f} MB/s  {rate:>22s}  "
+              f"peak {r['peak_mb']:.0f} MB")
+    print(f"  reader / raw = {results['reader']['seconds'] / results['raw']['seconds']:.2f}x"
+          f"   (reader / parse-only = {results['reader']['seconds'] / results['parse']['seconds']:.1f}x)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size-mb", type=int, default=500)
+    ap.add_argument("--corpus", type=Path, default=REPO.parent / "shared" / "corpus")
+    ap.add_argument("--skip-big", action="store_true")
+    args = ap.parse_args()
+    for name in ("jax_xla/tpu_inference_2.xplane.pb", "jax_xla/mi300x_jax_conv.xplane.pb"):
+        path = args.corpus / name
+        if path.exists():
+            report(name, path, ["parse", "raw", "reader", "link"])
+    if not args.skip_big:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "big.xplane.pb"
+            t = time.perf_counter()
+            n = make_space(path, args.size_mb)
+            print(f"\ngenerated {path.stat().st_size / 1e6:.0f} MB, {n:,} events in {time.perf_counter() - t:.1f} s")
+            report("generated", path, ["parse", "raw", "reader"])
+
+
+if __name__ == "__main__":
+    main()
