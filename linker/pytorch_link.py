@@ -9,7 +9,8 @@ Which host ops become ops (the rule):
   it: device work it launched gets a LAUNCH edge from it; a collective under it is either a
   device op (NCCL kernels) or, when it ran on the CPU (gloo), an extra op (see below).
   Without an ET the same rule runs on Kineto's nesting: the outermost ``cpu_op`` ranges per
-  thread (``user_annotation`` ranges are the containers).
+  thread (``user_annotation`` ranges are the containers). Exception: the collector's
+  ``moe_routing:*`` annotations are ops (the router's work), so routing bins can hang on them.
 
 Collectives:
   NCCL / RCCL kernels become COLLECTIVE device ops (SEND / RECV for ``SendRecv`` used for
@@ -58,6 +59,9 @@ PG_INIT = "## process_group:init ##"
 RPC = "record_param_comms"
 WINDOW_MIN_OUTSIDE = 0.10  # Kineto ranges outside the ET's span before we cut to its window
 LOW_MATCH = 0.5  # below this match rate a pair is reported as two different runs
+# Annotations that are ops themselves rather than containers: the MoE router annotation our
+# collector writes (linker/routing.py hangs the routing bins on it).
+OPAQUE_ANNOTATIONS = ("moe_routing:",)
 
 
 def load(job: RankJob) -> list[LinkedTrace]:
@@ -196,7 +200,8 @@ class _Linker:
                 if node.name == PG_INIT:
                     self._metadata_op(node.name, node.inputs.values[0] if node.inputs.values
                                       else "", f"thread:et{node.tid}", node.id)
-                elif node.scope == USER_SCOPE and node.children:
+                elif (node.scope == USER_SCOPE and node.children
+                      and not node.name.startswith(OPAQUE_ANNOTATIONS)):
                     stack.extend(reversed(node.children))
                 else:
                     tops.append(node)
@@ -281,7 +286,9 @@ class _Linker:
         for key, th in self.threads.items():
             lane = f"thread:{key[1]}"
             for ev in th.events:
-                if ev.cat != "cpu_op" or _inside_cpu_op(ev):
+                if ev.cat != "cpu_op" and not ev.name.startswith(OPAQUE_ANNOTATIONS):
+                    continue
+                if _inside_host_op(ev):
                     continue
                 if ev.name in C10D_OPS and id(ev) not in self.c10d_on_device:
                     meta = from_c10d_kineto(ev.name, ev.args)
@@ -310,9 +317,9 @@ class _Linker:
     def _device_op(self, ev: KEvent, runtime: KEvent | None, inner: KEvent | None) -> None:
         args = ev.args
         lane = f"stream:{args.get('device', ev.pid)}:{args.get('stream', ev.tid)}"
-        kind, comm, nbytes, collective = OpKind.COMPUTE, None, None, None
+        kind, comm, nbytes, meta, collective = OpKind.COMPUTE, None, None, None, None
         if ev.cat == "kernel":
-            kind, comm, collective = self._kernel_comm(ev, inner)
+            kind, comm, meta, collective = self._kernel_comm(ev, inner)
         else:
             nbytes = _copy_bytes(ev)
             if ev.cat == "gpu_memcpy":
@@ -322,6 +329,8 @@ class _Linker:
         op.start_ps, op.dur_ps = ev.start * PS_PER_NS, ev.dur * PS_PER_NS
         op.comm, op.bytes = comm, nbytes
         op.attrs["category"] = ev.cat
+        if meta is not None:
+            _split_attrs(op, meta)
         if collective is not None:
             op.attrs["collective"] = collective
         for key in ("correlation", "stream", "device"):
@@ -338,20 +347,20 @@ class _Linker:
             self.edges.append(Edge(host.op, op.uid, EdgeKind.LAUNCH))
 
     def _kernel_comm(self, ev: KEvent, inner: KEvent | None
-                     ) -> tuple[OpKind, CommInfo | None, str | None]:
-        """(kind, comm, collective name) of a kernel; COMPUTE unless it is NCCL / RCCL."""
+                     ) -> tuple[OpKind, CommInfo | None, CommMeta | None, str | None]:
+        """(kind, comm, metadata, collective name) of a kernel; COMPUTE unless NCCL / RCCL."""
         coll = kernel_collective(ev.name)
         meta = from_kineto_args(ev.args)
         if coll is None and meta is None:
-            return OpKind.COMPUTE, None, None
+            return OpKind.COMPUTE, None, None, None
         anc_meta, anc_name = self._ancestor_comm(inner)
         meta = meta or anc_meta
         for name in (meta.name if meta else None, anc_name, coll):
             found = classify(name) if name else None
             if found is not None:
                 kind, ctype = found
-                return kind, self._comm_info(kind, ctype, meta), name
-        return OpKind.COMPUTE, None, coll  # e.g. RCCL "Generic" without metadata
+                return kind, self._comm_info(kind, ctype, meta), meta, name
+        return OpKind.COMPUTE, None, meta, coll  # e.g. RCCL "Generic" without metadata
 
     def _ancestor_comm(self, anc: KEvent | None) -> tuple[CommMeta | None, str | None]:
         """Collective metadata from the host ranges around a launch (record_param_comms,
@@ -466,10 +475,10 @@ class _Linker:
                                       f"runs of one program ({m.rate:.1%} of host ops match)")
 
 
-def _inside_cpu_op(ev: KEvent) -> bool:
+def _inside_host_op(ev: KEvent) -> bool:
     anc = ev.parent
     while anc is not None:
-        if anc.cat == "cpu_op":
+        if anc.cat == "cpu_op" or anc.name.startswith(OPAQUE_ANNOTATIONS):
             return True
         anc = anc.parent
     return False

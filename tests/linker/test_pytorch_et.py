@@ -1,0 +1,82 @@
+"""PyTorch host ET reader: every schema layout in the corpus plus a live torch 2.13 trace."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.linker.model import CommType
+from chakra_hooks.linker.pytorch_comms import classify, from_record_param_comms
+from chakra_hooks.linker.pytorch_et import USER_SCOPE, read_host_et, tensor_bytes
+
+
+def test_schema_1_0_1_flat_layout(corpus: Path) -> None:
+    et = read_host_et(corpus / "pytorch/a100_simple_add/host_et.json.gz")
+    assert et.schema == "1.0.1" and len(et.nodes) == 38 and not et.warnings
+    add = next(n for n in et.nodes if n.name == "aten::add")
+    assert add.inputs.types[0] == "Tensor(float)" and add.inputs.shapes[0] == [256, 256]
+    assert tensor_bytes(add.inputs.values[0]) == 256 * 256 * 4
+    assert [r.name for r in et.thread_roots()] == ["[pytorch|profiler|execution_trace|thread]"]
+    assert [n.id for n in et.nodes] == sorted(n.id for n in et.nodes)
+
+
+def test_schema_1_0_3_attrs_layout_and_record_param_comms(corpus: Path) -> None:
+    et = read_host_et(corpus / "pytorch/a100_resnet_nccl/host_et.json.gz")
+    assert et.schema == "1.0.3-chakra.0.0.4" and len(et.nodes) == 14391
+    rpc = [n for n in et.nodes if n.name == "record_param_comms"]
+    assert len(rpc) == 27
+    metas = [from_record_param_comms(n) for n in rpc]
+    real = [m for m in metas if m.name != "wait"]
+    assert Counter(m.name for m in real) == {"allreduce": 15, "broadcast": 6}
+    assert all(m.in_bytes > 0 and m.pg_name == "0" for m in real)
+    # The ResNet's largest bucket: 7,875,584 floats.
+    assert max(m.in_bytes for m in real) == 31_502_336
+    step = next(n for n in et.nodes if n.name.startswith("ProfilerStep#"))
+    assert step.scope == USER_SCOPE and step.children and step.rf_id
+
+
+def test_old_dlrm_all_to_allv_splits(corpus: Path) -> None:
+    et = read_host_et(corpus / "pytorch/v100_dlrm_8rank/dlrm_eg_0.json.gz")
+    metas = [from_record_param_comms(n) for n in et.nodes if n.name == "record_param_comms"]
+    a2av = [m for m in metas if m.name == "all_to_allv"]
+    assert len(a2av) == 4
+    uneven = next(m for m in a2av if len(set(m.in_split)) > 1)
+    assert sum(uneven.in_split) * 4 == uneven.in_bytes
+    assert classify("all_to_allv") == classify("c10d::alltoall_base_")
+    assert classify("all_to_allv")[1] == CommType.ALL_TO_ALL
+
+
+@pytest.mark.slow
+def test_live_torch_trace_schema_1_1_1(gloo_traces: Path) -> None:
+    et = read_host_et(gloo_traces / "et_rank0.json")
+    assert et.schema.startswith("1.1.1") and not et.warnings
+    names = Counter(n.name for n in et.nodes)
+    assert names["c10d::allreduce_"] == 6 and names["## process_group:init ##"] == 1
+    ar = next(n for n in et.nodes if n.name == "c10d::allreduce_")
+    assert ar.rf_id > 0 and ar.tid > 0 and "op_schema" not in ar.attrs
+
+
+@pytest.mark.parametrize("content, where", [
+    (b'{"schema": "1.0.1", "nodes": [', "byte"),
+    (b'{"schema": "1.0.1", "nodes": []}', "nodes"),
+    (b'{"schema": "1.0.1"}', "top level"),
+    (b'{"schema": "1.0.1", "nodes": [{"id": 1}]}', "nodes[0]"),
+])
+def test_bad_et_is_one_line_error(tmp_path: Path, content: bytes, where: str) -> None:
+    path = tmp_path / "et.json"
+    path.write_bytes(content)
+    with pytest.raises(TraceFormatError) as info:
+        read_host_et(path)
+    assert "\n" not in str(info.value) and str(path) in str(info.value)
+    assert where in str(info.value)
+
+
+def test_unknown_schema_warns(tmp_path: Path) -> None:
+    path = tmp_path / "et.json"
+    path.write_bytes(b'{"schema": "9.9", "nodes": [{"id": 1, "name": "[pytorch|profiler|'
+                     b'execution_trace|process]", "ctrl_deps": 1, "attrs": []}]}')
+    et = read_host_et(path)
+    assert et.warnings and "9.9" in et.warnings[0]

@@ -1,0 +1,242 @@
+"""PyTorch linker on the real corpus, a live gloo job and bad pairs."""
+
+from __future__ import annotations
+
+import glob
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.linker.model import CommType, EdgeKind, LinkedTrace, OpKind
+from chakra_hooks.linker.pytorch_link import link, load
+from chakra_hooks.linker.sources import RankJob
+
+
+def _device(trace: LinkedTrace):
+    return [op for op in trace.ops if op.lane.startswith("stream:")]
+
+
+def _check_edges(trace: LinkedTrace) -> None:
+    """Every edge names two ops, none is a self edge, and none runs backwards in time."""
+    ops = trace.ops
+    assert [op.uid for op in ops] == list(range(len(ops)))
+    for e in trace.edges:
+        assert e.src != e.dst
+        a, b = ops[e.src].start_ps, ops[e.dst].start_ps
+        if a is not None and b is not None and e.kind != EdgeKind.PARENT:
+            assert a <= b, (e, ops[e.src].name, ops[e.dst].name)
+    assert len({(e.src, e.dst) for e in trace.edges}) == len(trace.edges)
+
+
+@pytest.fixture(scope="module")
+def resnet(corpus: Path) -> LinkedTrace:
+    d = corpus / "pytorch/a100_resnet_nccl"
+    return link(d / "host_et.json.gz", d / "kineto.json.gz")
+
+
+def test_resnet_collectives(resnet: LinkedTrace) -> None:
+    colls = [op for op in resnet.ops if op.kind == OpKind.COLLECTIVE]
+    assert len(colls) == 21 and all(op.on_device for op in colls)
+    assert Counter(op.comm.comm_type for op in colls) == {CommType.ALL_REDUCE: 15,
+                                                           CommType.BROADCAST: 6}
+    assert all(op.comm.size_bytes > 0 for op in colls)
+    # Same sizes the reference tools found: 7 distinct, 424 B .. 31,502,336 B, sum 307,323,096.
+    sizes = [op.comm.size_bytes for op in colls]
+    assert len(set(sizes)) == 7 and min(sizes) == 424 and max(sizes) == 31_502_336
+    assert sum(sizes) == 307_323_096
+    # The world group (ranks [0, 1]) maps to None = all ranks, and is listed.
+    assert all(op.comm.group is None for op in colls) and resnet.groups == {0: [0, 1]}
+
+
+def test_resnet_every_device_op_present_timed_and_ordered(resnet: LinkedTrace) -> None:
+    device = _device(resnet)
+    assert Counter(op.attrs["category"] for op in device) == {
+        "kernel": 2700, "gpu_memcpy": 960, "gpu_memset": 114}
+    kernel_ps = sum(op.dur_ps for op in device if op.attrs["category"] == "kernel")
+    assert abs(kernel_ps - 162_532_300_000) <= 0.001 * 162_532_300_000
+    assert resnet.stats["device_time_ps"] == sum(op.dur_ps for op in device)
+    successors = {e.src for e in resnet.edges if e.kind == EdgeKind.STREAM_ORDER}
+    lanes = defaultdict(list)
+    for op in device:
+        lanes[op.lane].append(op)
+    for ops in lanes.values():
+        last = max(ops, key=lambda o: o.start_ps)
+        assert all(op.uid in successors for op in ops if op is not last)
+    assert resnet.stats["device_linked"] == len(device)  # every launch found
+    assert all(type(op.start_ps) is int and type(op.dur_ps) is int for op in device)
+
+
+def test_resnet_match_rate_and_soft_pid_note(resnet: LinkedTrace) -> None:
+    assert resnet.metadata["match_strategy"] == "record_function_id"
+    assert resnet.stats["host_matched"] >= 14_388 and resnet.stats["match_rate"] > 0.99
+    assert not resnet.warnings  # two runs of one program: a note, not a warning
+    assert "pid" in resnet.metadata["note"]
+    assert resnet.clock == "kineto:baseTimeNanoseconds"
+
+
+def test_resnet_edges(resnet: LinkedTrace) -> None:
+    _check_edges(resnet)
+    kinds = Counter(e.kind for e in resnet.edges)
+    assert kinds[EdgeKind.LAUNCH] == 3774 and kinds[EdgeKind.HOST_ORDER] > 3000
+    # NCCL waits on the compute stream and back (cudaStreamWaitEvent) -> device->device SYNC.
+    ops = resnet.ops
+    cross = [e for e in resnet.edges if e.kind == EdgeKind.SYNC and ops[e.dst].on_device]
+    assert cross and all(ops[e.src].lane != ops[e.dst].lane for e in cross)
+    assert any(ops[e.dst].kind == OpKind.COLLECTIVE for e in cross)
+    # Host ops never nest: top-level ops of one thread do not overlap in time.
+    host = sorted((op for op in ops if not op.on_device and op.start_ps is not None
+                   and op.kind == OpKind.COMPUTE), key=lambda o: (o.lane, o.start_ps))
+    for a, b in zip(host, host[1:]):
+        if a.lane == b.lane:
+            assert a.start_ps + a.dur_ps <= b.start_ps
+    assert len(resnet.edges) < 4 * len(ops)  # linear-ish
+
+
+def test_dlrm_ranks_agree(corpus: Path) -> None:
+    d = corpus / "pytorch/v100_dlrm_8rank"
+    per_rank = []
+    for rank in range(8):
+        kineto = glob.glob(str(d / f"worker{rank}_step_12.*.pt.trace.json.gz"))[0]
+        trace = link(d / f"dlrm_eg_{rank}.json.gz", Path(kineto), rank)
+        assert trace.stats["match_rate"] > 0.99 and not trace.warnings
+        _check_edges(trace)
+        comms = sorted((op for op in trace.ops if op.comm), key=lambda o: o.start_ps)
+        assert Counter(op.comm.comm_type for op in comms) == {CommType.ALL_TO_ALL: 5,
+                                                               CommType.ALL_REDUCE: 3}
+        per_rank.append(comms)
+    for position in range(8):
+        ops = [comms[position] for comms in per_rank]
+        assert len({op.comm.comm_type for op in ops}) == 1
+        uneven = "in_split_size" in ops[0].attrs and len(set(ops[0].attrs["in_split_size"])) > 1
+        if not uneven:
+            assert len({op.comm.size_bytes for op in ops}) == 1, position
+        else:
+            # all_to_allv: each rank sends what its splits say; the size is that rank's own.
+            for op in ops:
+                assert op.comm.size_bytes == 4 * max(sum(op.attrs["in_split_size"]),
+                                                     sum(op.attrs["out_split_size"]))
+
+
+def test_rtx2080_only_the_et_window(corpus: Path) -> None:
+    d = corpus / "pytorch/rtx2080_linear"
+    trace = link(d / "host_et.json.gz", d / "kineto.json.gz")
+    assert trace.metadata["match_strategy"] == "name_sequence"
+    assert trace.stats["match_rate"] > 0.95
+    assert trace.stats["window_applied"] == 1
+    device = _device(trace)
+    # One iteration of the ~40 in Kineto (10,356 device events in all).
+    assert 100 < len(device) < trace.stats["kineto_device_events"] / 20
+    host = [op for op in trace.ops if not op.on_device and op.start_ps is not None]
+    lo, hi = min(op.start_ps for op in host), max(op.start_ps + op.dur_ps for op in host)
+    assert all(lo <= op.start_ps <= hi + 10**9 for op in device)
+    _check_edges(trace)
+
+
+def test_simple_add_old_format(corpus: Path) -> None:
+    d = corpus / "pytorch/a100_simple_add"
+    trace = link(d / "host_et.json.gz", d / "kineto.json.gz")
+    assert trace.metadata["match_strategy"] == "external_id"
+    assert trace.stats["match_rate"] > 0.9
+    assert len(_device(trace)) == 4 and trace.stats["device_linked"] == 4
+    assert trace.clock == "kineto:epoch-us"
+    _check_edges(trace)
+
+
+@pytest.mark.parametrize("rel, kernels", [
+    ("kineto_only/sampled_rank-0.json.gz", None),
+    ("kineto_only/sampled_rank-1.json.gz", None),
+    ("kineto_only/b200_eager_rank0.json.gz", None),
+    ("vllm/mi300x_decode_full/graph_capture_rank_0.pt.trace.json.gz", 7),
+    ("vllm/mi300x_decode_full/graph_execution.json.gz", 425),
+])
+def test_kineto_only(corpus: Path, rel: str, kernels: int | None) -> None:
+    trace = link(None, corpus / rel)
+    device = _device(trace)
+    assert len(device) == trace.stats["kineto_device_events"] > 0
+    if kernels is not None:
+        assert sum(op.attrs["category"] == "kernel" for op in device) == kernels
+    assert any(not op.on_device for op in trace.ops)
+    _check_edges(trace)
+
+
+def test_sampled_ranks_sendrecv_typed_from_annotations(corpus: Path) -> None:
+    for rank in (0, 1):
+        trace = link(None, corpus / f"kineto_only/sampled_rank-{rank}.json.gz")
+        nccl = [op for op in _device(trace) if "SendRecv" in op.name]
+        assert len(nccl) == 10
+        # SendRecv implements all-to-all, all-reduce and all-gather here (nccl:* annotations).
+        assert all(op.kind == OpKind.COLLECTIVE and op.comm.size_bytes > 0 for op in nccl)
+        assert {op.comm.comm_type for op in nccl} >= {CommType.ALL_TO_ALL, CommType.ALL_REDUCE}
+
+
+def test_b200_process_groups(corpus: Path) -> None:
+    trace = link(None, corpus / "kineto_only/b200_eager_rank0.json.gz")
+    assert trace.groups[5] == [0] and trace.groups[69] == list(range(8))
+    assert sum(op.kind == OpKind.METADATA for op in trace.ops) == 1
+
+
+def test_et_only(corpus: Path) -> None:
+    trace = link(corpus / "pytorch/a100_resnet_nccl/host_et.json.gz", None)
+    assert trace.ops and all(op.start_ps is None for op in trace.ops)
+    assert not _device(trace)
+    # Without kernels, the c10d ops themselves carry the collectives.
+    colls = [op for op in trace.ops if op.kind == OpKind.COLLECTIVE]
+    assert len(colls) == 21 and all(op.on_device and op.comm.size_bytes > 0 for op in colls)
+    assert Counter(e.kind for e in trace.edges)[EdgeKind.HOST_ORDER] > 3000
+    _check_edges(trace)
+
+
+def test_two_different_programs_warn(corpus: Path) -> None:
+    trace = link(corpus / "pytorch/a100_resnet_nccl/host_et.json.gz",
+                 corpus / "pytorch/a100_simple_add/kineto.json.gz")
+    assert trace.stats["match_rate"] < 0.1
+    assert len(trace.warnings) == 1 and "two different runs" in trace.warnings[0]
+    assert "host_et.json.gz" in trace.warnings[0] and "kineto.json.gz" in trace.warnings[0]
+
+
+def test_bad_pair_raises(tmp_path: Path, corpus: Path) -> None:
+    bad = tmp_path / "kineto.json.gz"
+    bad.write_bytes((corpus / "pytorch/a100_simple_add/kineto.json.gz").read_bytes()[:500])
+    with pytest.raises(TraceFormatError, match="truncated"):
+        link(corpus / "pytorch/a100_simple_add/host_et.json.gz", bad)
+    with pytest.raises(ValueError):
+        link(None, None)
+
+
+def test_load_job_uses_rank_and_attaches_nothing_without_routing(corpus: Path) -> None:
+    d = corpus / "pytorch/a100_simple_add"
+    job = RankJob("pytorch", {"host_et": d / "host_et.json.gz", "kineto": d / "kineto.json.gz"}, 3)
+    traces = load(job)
+    assert len(traces) == 1 and traces[0].rank == 3 and traces[0].framework == "pytorch"
+
+
+@pytest.mark.slow
+def test_gloo_collectives_on_cpu(gloo_traces: Path) -> None:
+    per_rank = []
+    for rank in (0, 1):
+        trace = link(gloo_traces / f"et_rank{rank}.json", gloo_traces / f"kineto_rank{rank}.json")
+        assert trace.metadata["match_strategy"] == "record_function_id"
+        assert trace.stats["match_rate"] > 0.95 and not trace.warnings
+        _check_edges(trace)
+        comms = sorted((op for op in trace.ops if op.comm), key=lambda o: o.start_ps)
+        # gloo runs them on CPU threads: comm ops on a comm lane, never CPU ops for ASTRA-sim.
+        assert all(op.on_device and op.lane.startswith("comm:") for op in comms)
+        assert all(op.start_ps is not None and op.dur_ps > 0 for op in comms)
+        per_rank.append(comms)
+        types = Counter(op.comm.comm_type for op in comms if op.kind == OpKind.COLLECTIVE)
+        assert types == {CommType.ALL_REDUCE: 6, CommType.BROADCAST: 2, CommType.ALL_GATHER: 2,
+                         CommType.ALL_TO_ALL: 2, CommType.BARRIER: 2}
+        p2p = [op for op in comms if op.kind in (OpKind.SEND, OpKind.RECV)]
+        assert [op.kind for op in p2p] == [OpKind.SEND if rank == 0 else OpKind.RECV] * 2
+        assert all((op.comm.src, op.comm.dst) == (0, 1) and op.comm.size_bytes == 16
+                   for op in p2p)
+        gathers = [op for op in comms if op.comm.comm_type == CommType.ALL_GATHER]
+        assert all(op.comm.size_bytes == 2 * 4 * 4 for op in gathers)  # the gathered output
+        assert trace.groups == {0: [0, 1], 1: [0, 1]}
+        # DATA edges exist (e.g. forward -> autograd thread), all between different threads.
+        data = [e for e in trace.edges if e.kind == EdgeKind.DATA]
+        assert data and all(trace.ops[e.src].lane != trace.ops[e.dst].lane for e in data)
+    assert [op.comm.comm_type for op in per_rank[0] if op.kind == OpKind.COLLECTIVE] == \
+        [op.comm.comm_type for op in per_rank[1] if op.kind == OpKind.COLLECTIVE]
