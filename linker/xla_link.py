@@ -248,7 +248,7 @@ class _DeviceLinker:
             name = p.inst.name + ("#transfer" if p.event.transfer else "")
             starts, uids = index.setdefault((p.event.module_key, str(p.event.exec_key), name), ([], []))
             starts.append(p.event.start_ps)
-            uids.append(p.uids[-1])
+            uids.append(self._result_uid(p))
             executed.setdefault(p.event.module_key, set()).add(p.inst.name)
         memo: dict[tuple[str, str], tuple[str, ...]] = {}
         edges = self.trace.edges
@@ -278,6 +278,11 @@ class _DeviceLinker:
                     if src < dst and src not in p.uids and (src, dst) not in seen:
                         seen.add((src, dst))
                         edges.append(Edge(src, dst, EdgeKind.DATA))
+
+    def _result_uid(self, p: _Placed) -> int:
+        """The op whose output consumers read: the RECV of a permute, else the last op."""
+        ops = self.trace.ops
+        return next((u for u in p.uids if ops[u].kind == OpKind.RECV), p.uids[-1])
 
     def _stream_edges(self) -> None:
         """Each op waits for the latest op on its lane that had finished when it started.

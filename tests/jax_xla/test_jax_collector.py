@@ -139,6 +139,10 @@ def test_convert_gives_four_agreeing_ets(captured: tuple[Path, str], tmp_path: P
                                 for t, a in nodes if t == "COMM_COLL_NODE")
         p2p[r.rank] = [(t, a["comm_src"], a["comm_dst"], a["comm_size"], a["comm_tag"])
                        for t, a in nodes if t != "COMM_COLL_NODE"]
+        # data dependencies from HLO operands: the received permute result feeds a compute node
+        kinds = {n.id: n.type for n in et.nodes}
+        assert any(kinds[d] == NodeType.Value("COMM_RECV_NODE") for n in et.nodes for d in n.data_deps
+                   if n.type == NodeType.Value("COMP_NODE"))
     # all four agree in count, type, size and group; 4 collectives x 2 recorded steps
     assert colls[0] == colls[1] == colls[2] == colls[3]
     assert sum(colls[0].values()) == 8 and len({k[0] for k in colls[0]}) == 4
