@@ -34,6 +34,7 @@ FORMAT = "pytorch"
 MANIFEST = "manifest.json"
 PYTORCH_FRAMEWORKS = frozenset(("pytorch", "torch", "vllm", "nemo"))
 HEAD_BYTES = 65536
+_RANK_MANIFEST = re.compile(r"^rank-\d+\.manifest\.json$")
 _RANK_RE = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*(\d+)')
 _WORLD_RE = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"world_size"\s*:\s*(\d+)')
 _NAME_RANK = (
@@ -53,6 +54,9 @@ def discover(files: list[Path], warn: Callable[[str], None]) -> tuple[list[RankJ
             jobs.extend(found)
             claimed.add(manifest)
             claimed.update(p for job in found for p in job.files.values())
+            # The per-rank manifests the collector merged into this one.
+            claimed.update(f for f in files if f.parent == manifest.parent
+                           and _RANK_MANIFEST.match(f.name))
     sniffed = [s for s in (_sniff(f) for f in files
                            if f not in claimed and _is_json(f)) if s is not None]
     if sniffed:
