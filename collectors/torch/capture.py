@@ -137,7 +137,7 @@ class Trace:
         outdir: str | os.PathLike,
         steps: Iterable[int] = range(10, 12),
         ranks: Iterable[int] | None = None,
-        convert: bool = False,
+        convert: bool | str | os.PathLike = False,
         *,
         model: Any = None,
         routing: bool = True,
@@ -402,10 +402,13 @@ class Trace:
         self._done = True
 
     def _convert(self) -> None:
+        """Run the converter on the whole capture (by the rank that completed the manifest)."""
+        out = self.outdir / "chakra" if self.convert is True else Path(self.convert)
         try:
             from chakra_hooks.convert import convert_paths
 
-            convert_paths([self.outdir], self.outdir / "et")
+            convert_paths([self.outdir], out, progress=False)
+            log.info("chakra-hooks: converted %s into %s", self.outdir, out)
         except Exception as exc:
             log.warning("chakra-hooks: converting %s failed: %s", self.outdir, exc)
 
@@ -414,13 +417,15 @@ def trace(
     outdir: str | os.PathLike,
     steps: Iterable[int] = range(10, 12),
     ranks: Iterable[int] | None = None,
-    convert: bool = False,
+    convert: bool | str | os.PathLike = False,
     **options: Any,
 ) -> Trace:
     """Record steps ``steps`` (consecutive; counted by ``.step()`` calls from 0) of a run.
 
     Writes, for every chosen rank (all by default), the host ET, the Kineto trace of the same
     window, the MoE routing bins (when routers ran) and the manifests into ``outdir``.
+    ``convert``: when the run ends, the rank that completes the run manifest converts the
+    capture into Chakra ETs (``True``: into ``<outdir>/chakra``; or a directory path).
     Options: ``model`` (module(s) to search for routers; without it every module call in the
     window is checked), ``routing`` (False: no router hooks), ``ep_size`` (expert-parallel
     size for per-EP-rank counts), ``warmup`` (start Kineto one step early; default True),

@@ -173,3 +173,13 @@ def test_disk_full_is_logged_and_training_goes_on(tmp_path):
     man = _load(tmp_path / "manifest.json")
     assert man["complete"] is False
     assert "not written completely" in man["rank_status"]["0"]["error"]
+
+
+def test_convert_at_the_end_of_the_run(tmp_path):
+    from chakra_hooks.converter.etio import read_et
+
+    with ct.trace(tmp_path, steps=range(1, 3), convert=True) as t:
+        _run_steps(t, 4)
+    (et,) = sorted((tmp_path / "chakra").glob("*.et"))
+    names = {n.name for n in read_et(et).nodes}
+    assert "aten::addmm" in names or "aten::linear" in names

@@ -1,0 +1,178 @@
+"""Per-step overhead of the PyTorch collector on a small MoE training loop (CPU).
+
+    python benchmarks/bench_collector_overhead.py [--steps 40] [--trials 5] [--json out.json]
+
+Modes, interleaved trial by trial so that machine noise hits them alike:
+  none            no profiling
+  torch.profiler  plain torch.profiler.profile (CPU activity; CUDA too when present)
+  torch.prof+ET   the same plus an ExecutionTraceObserver (what the collector records)
+  outside         our trace() with its window far in the future (hooks must cost nothing)
+  inside          our trace() recording every measured step, routing bins off
+  inside+bins     the same with routing bins on (4 routers per step)
+
+Per-step time is the median over a trial's steps (window start and end excluded: they pay the
+profiler start-up and the file export, reported separately as "window end s"), then the median
+over trials; "noise" is the spread (max - min) of the per-trial medians of the "none" mode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+import chakra_hooks.collectors.torch as ct
+
+HIDDEN, TOKENS, EXPERTS, TOP_K, LAYERS = 128, 256, 8, 2, 4
+
+
+class Router(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(HIDDEN, EXPERTS, bias=False)
+
+    def forward(self, x):
+        w, ids = torch.topk(self.proj(x).softmax(-1), TOP_K, dim=-1)
+        return w, ids
+
+
+class MoELayer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.router = Router()
+        self.experts = nn.ModuleList(nn.Linear(HIDDEN, HIDDEN) for _ in range(EXPERTS))
+
+    def forward(self, x):
+        w, ids = self.router(x)
+        out = torch.zeros_like(x)
+        for e, expert in enumerate(self.experts):
+            sel = (ids == e).any(-1).nonzero().squeeze(-1)
+            if sel.numel():
+                gate = (w * (ids == e)).sum(-1, keepdim=True)[sel]
+                out = out.index_add(0, sel, gate * expert(x[sel]))
+        return x + out
+
+
+def build():
+    torch.manual_seed(0)
+    model = nn.Sequential(*[MoELayer() for _ in range(LAYERS)], nn.Linear(HIDDEN, 1))
+    for i, layer in enumerate(model[:LAYERS]):
+        ct.register_router(layer.router, num_experts=EXPERTS, top_k=TOP_K, layer=i)
+    return model, torch.optim.SGD(model.parameters(), lr=1e-3)
+
+
+def one_step(model, opt) -> None:
+    x = torch.randn(TOKENS, HIDDEN)
+    loss = model(x).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+
+
+def _activities():
+    from torch.profiler import ProfilerActivity
+
+    acts = [ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        acts.append(ProfilerActivity.CUDA)
+    return acts
+
+
+def _timed(model, opt, steps: int, after_step) -> list[float]:
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        one_step(model, opt)
+        after_step()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def run_mode(mode: str, model, opt, steps: int, tmp: Path) -> tuple[list[float], float]:
+    """Per-step seconds of the measured steps, and the window-end (export) seconds."""
+    from torch.profiler import ExecutionTraceObserver, profile
+
+    if mode == "none":
+        return _timed(model, opt, steps, lambda: None)[1:-1], 0.0
+    if mode in ("torch.profiler", "torch.prof+ET"):
+        et = None
+        if mode == "torch.prof+ET":
+            et = ExecutionTraceObserver()
+            et.register_callback(str(tmp / "et.json"))
+        prof = profile(activities=_activities(), execution_trace_observer=et)
+        prof.start()
+        times = _timed(model, opt, steps, prof.step)
+        t0 = time.perf_counter()
+        prof.stop()
+        prof.export_chrome_trace(str(tmp / "kineto.json"))
+        if et is not None:
+            et.unregister_callback()
+        return times[1:-1], time.perf_counter() - t0
+    if mode == "outside":
+        with ct.trace(tmp, steps=range(10**9, 10**9 + 1)) as t:
+            return _timed(model, opt, steps, t.step)[1:-1], 0.0
+    routing = mode == "inside+bins"
+    with ct.trace(tmp, steps=range(1, steps), routing=routing, model=model) as t:
+        times = _timed(model, opt, steps - 1, t.step)  # steps 0 .. steps-2
+        one_step(model, opt)
+        t0 = time.perf_counter()
+        t.step()  # end of step steps-1: the window ends here (stop, export, manifests)
+        end_s = time.perf_counter() - t0
+    assert t.complete, f"{mode}: capture incomplete"
+    return times[2:-1], end_s
+
+
+MODES = ["none", "torch.profiler", "torch.prof+ET", "outside", "inside", "inside+bins"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--trials", type=int, default=5)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    torch.set_num_threads(1)  # steadier timings on a shared machine
+    model, opt = build()
+    _timed(model, opt, 10, lambda: None)  # warm the allocator and kernels
+    per_trial: dict[str, list[float]] = {m: [] for m in MODES}
+    end_s: dict[str, list[float]] = {m: [] for m in MODES}
+    for _ in range(args.trials):
+        for mode in MODES:
+            with tempfile.TemporaryDirectory() as d:
+                times, e = run_mode(mode, model, opt, args.steps, Path(d))
+            per_trial[mode].append(statistics.median(times))
+            end_s[mode].append(e)
+    report(per_trial, end_s, args)
+
+
+def report(per_trial: dict, end_s: dict, args) -> None:
+    med = {m: statistics.median(v) for m, v in per_trial.items()}
+    noise = (max(per_trial["none"]) - min(per_trial["none"])) / med["none"] * 100
+    rows = {
+        m: {"step_ms": med[m] * 1e3, "vs_none_pct": (med[m] / med["none"] - 1) * 100,
+            "window_end_s": statistics.median(end_s[m])}
+        for m in MODES
+    }
+    rows["inside"]["vs_torch_prof_ET_pct"] = (med["inside"] / med["torch.prof+ET"] - 1) * 100
+    rows["inside"]["vs_torch_profiler_pct"] = (med["inside"] / med["torch.profiler"] - 1) * 100
+    rows["inside+bins"]["vs_inside_pct"] = (med["inside+bins"] / med["inside"] - 1) * 100
+    print(f"torch {torch.__version__}, {args.trials} trials x {args.steps} steps, "
+          f"{LAYERS} MoE layers x {EXPERTS} experts, {TOKENS} tokens; noise(none) {noise:.1f}%")
+    print(f"{'mode':<16}{'step ms':>9}{'vs none':>9}{'window end s':>14}")
+    for m, r in rows.items():
+        print(f"{m:<16}{r['step_ms']:>9.3f}{r['vs_none_pct']:>+8.1f}%{r['window_end_s']:>14.3f}")
+    print(f"inside vs torch.profiler+ET: {rows['inside']['vs_torch_prof_ET_pct']:+.1f}%   "
+          f"inside vs torch.profiler: {rows['inside']['vs_torch_profiler_pct']:+.1f}%   "
+          f"bins on top of inside: {rows['inside+bins']['vs_inside_pct']:+.1f}%")
+    if args.json:
+        args.json.write_text(json.dumps({"noise_pct": noise, "modes": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
