@@ -1,4 +1,4 @@
-"""Read one JSON or gzipped-JSON trace file, once, with orjson.
+"""Read one JSON or gzipped-JSON trace file, once (msgspec typed decoding or orjson).
 
 Shared by the PyTorch ET and Kineto readers. Every failure becomes a one-line
 :class:`TraceFormatError` naming the file, where it broke and what was expected.
@@ -6,9 +6,11 @@ Shared by the PyTorch ET and Kineto readers. Every failure becomes a one-line
 
 from __future__ import annotations
 
+import re
 import zlib
 from pathlib import Path
 
+import msgspec
 import orjson
 
 from chakra_hooks.errors import TraceFormatError
@@ -41,6 +43,26 @@ def read_bytes(path: Path) -> bytes:
             path, f"gzip byte {len(data)}", "a complete gzip stream (the file is truncated)"
         )
     return out
+
+
+def decode(path: Path, raw: bytes, decoder: msgspec.json.Decoder, array_type: object = None
+           ) -> object:
+    """Decode ``raw`` with a typed msgspec decoder; a top-level array is decoded as
+    ``array_type`` when given. Errors become one-line TraceFormatErrors."""
+    if not raw.strip():
+        raise TraceFormatError(path, "byte 0", "a JSON document (the file is empty)")
+    try:
+        if array_type is not None and raw.lstrip()[:1] == b"[":
+            return msgspec.json.decode(raw, type=array_type)
+        return decoder.decode(raw)
+    except msgspec.ValidationError as exc:
+        raise TraceFormatError(path, "structure", f"the expected layout ({exc})") from exc
+    except msgspec.DecodeError as exc:
+        text = str(exc)
+        at = re.search(r"byte (\d+)", text)
+        where = (f"byte {at.group(1)}" if at else
+                 f"byte {len(raw)}" if "truncated" in text else "JSON")
+        raise TraceFormatError(path, where, f"valid JSON ({text})") from exc
 
 
 def load_json(path: Path) -> tuple[object, int]:

@@ -25,7 +25,6 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from chakra_hooks.linker.model import Edge, EdgeKind
-from chakra_hooks.linker.pytorch_et import tensor_ids
 
 if TYPE_CHECKING:
     from chakra_hooks.linker.pytorch_link import _Linker
@@ -142,17 +141,13 @@ def add_data_edges(linker: _Linker) -> None:
     by_et = linker.et.by_id
     for op in order:
         node = by_et[op.attrs["et_id"]]
-        ids: list[int] = []
-        tensor_ids(node.inputs.values, ids)
         seen = set()
-        for tid in ids:
+        for tid in node.tensor_ids():
             src = producer.get(tid)
             if src is not None and src not in seen and ops[src].lane != op.lane:
                 seen.add(src)
                 edges.append(Edge(src, op.uid, EdgeKind.DATA))
-        ids.clear()
-        tensor_ids(node.outputs.values, ids)
-        for tid in ids:
+        for tid in node.tensor_ids(outputs=True):
             producer[tid] = op.uid
 
 

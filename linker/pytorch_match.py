@@ -74,9 +74,10 @@ class Match:
 
 
 def _by_key(nodes: list[EtNode], host: list[KEvent], key: str) -> dict[int, KEvent]:
+    """Match by one KArgs attribute (``record_function_id`` or ``external_id``) and name."""
     index: dict[int, KEvent] = {}
     for ev in host:
-        k = ev.args.get(key)
+        k = getattr(ev.args, key)
         if k:
             index[k] = ev
     out = {}
@@ -89,12 +90,13 @@ def _by_key(nodes: list[EtNode], host: list[KEvent], key: str) -> dict[int, KEve
 
 def match_et(et: HostEt, host: list[KEvent], threads: dict[tuple, KThread]) -> Match:
     """Match ET nodes to Kineto host ranges with the best of the three keys."""
-    nodes = [n for n in et.nodes if not n.is_root]
+    roots = et.roots
+    nodes = [n for n in et.nodes if n.id not in roots]
     best = Match(eligible=len(nodes))
-    if any(ev.args.get("Record function id") for ev in host[:2000]):
-        best = Match(_by_key(nodes, host, "Record function id"), "record_function_id", len(nodes))
+    if any(ev.args.record_function_id for ev in host[:2000]):
+        best = Match(_by_key(nodes, host, "record_function_id"), "record_function_id", len(nodes))
     if best.rate < 0.9:
-        by_ext = Match(_by_key(nodes, host, "External id"), "external_id", len(nodes))
+        by_ext = Match(_by_key(nodes, host, "external_id"), "external_id", len(nodes))
         best = by_ext if len(by_ext.by_et) > len(best.by_et) else best
     if best.rate < 0.9:
         by_seq = Match(_by_sequence(nodes, threads), "name_sequence", len(nodes))
@@ -146,7 +148,7 @@ def _best_alignment(seq: list[EtNode], events: list[KEvent]) -> dict[int, KEvent
     for j in candidates:
         out: dict[int, KEvent] = {}
         _align(seq, events, j, out)
-        ext = events[j].args.get("External id")
+        ext = events[j].args.external_id
         key = (len(out), -abs(ext - seq[0].rf_id) if isinstance(ext, int) else 0)
         if key > best_key:
             best, best_key = out, key

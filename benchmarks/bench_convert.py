@@ -1,0 +1,120 @@
+"""Benchmark: ``chakra-hooks convert`` on tiled ResNet inputs, beside the reference converter.
+
+    python benchmarks/bench_convert.py [--tiles 1 5 20 50] [--workdir DIR] [--reference]
+                                       [--link-only]
+
+For each K, tiles the real ``a100_resnet_nccl`` pair K times (benchmarks/tile_resnet.py,
+cached in the work directory), then runs our whole ``convert`` (read, link, convert, write)
+in a fresh process with one worker, and reports raw input MB, seconds, MB/s and peak RSS
+(the high-water mark of the converting processes, from ``getrusage(RUSAGE_CHILDREN)`` of a
+wrapper process, so one measurement cannot inflate the next). ``--link-only`` times
+``pytorch_link.link`` alone (no converter, no writer). ``--reference`` also runs mlc-chakra's
+``chakra_converter`` on the reference-linked ``a100_resnet_nccl.ref_linked.json.gz`` (the
+reference linker needs PARAM's et_replay, which is not on PyPI, so only K=1 exists for it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from tile_resnet import CORPUS, tile  # noqa: E402
+
+# Runs a command and prints its wall time and the peak RSS (KiB) of its process tree's
+# largest member, as JSON. A fresh wrapper per measurement keeps the high-water marks apart.
+WRAPPER = r"""
+import json, resource, subprocess, sys, time
+t = time.perf_counter()
+run = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+dt = time.perf_counter() - t
+peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+print(json.dumps({"seconds": dt, "peak_kib": peak, "rc": run.returncode,
+                  "err": run.stderr[-500:]}))
+"""
+
+LINK_ONLY = r"""
+import sys
+from chakra_hooks.linker.pytorch_link import link
+trace = link(sys.argv[1], sys.argv[2])
+assert trace.stats["match_rate"] > 0.99, trace.stats
+"""
+
+
+def measure(cmd: list[str]) -> dict:
+    out = subprocess.run([sys.executable, "-c", WRAPPER, *cmd], capture_output=True, text=True,
+                         check=True)
+    result = json.loads(out.stdout)
+    if result["rc"] != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed: {result['err']}")
+    return result
+
+
+def ensure_tiles(k: int, workdir: Path) -> tuple[Path, int]:
+    folder = workdir / f"resnet_x{k}"
+    files = [folder / "host_et.json", folder / "kineto.json"]
+    if not all(f.is_file() for f in files):
+        tile(k, folder)
+    return folder, sum(f.stat().st_size for f in files)
+
+
+def row(label: str, mb: float, result: dict) -> str:
+    seconds, peak_mb = result["seconds"], result["peak_kib"] / 1024
+    return (f"{label:<34} {mb:9.1f} {seconds:9.2f} {mb / seconds:8.1f} {peak_mb:9.0f} "
+            f"{peak_mb / mb:7.2f}")
+
+
+def ours(k: int, workdir: Path, link_only: bool) -> str:
+    folder, size = ensure_tiles(k, workdir)
+    mb = size / 1e6
+    if link_only:
+        result = measure([sys.executable, "-c", LINK_ONLY, str(folder / "host_et.json"),
+                          str(folder / "kineto.json")])
+        return row(f"ours link K={k}", mb, result)
+    out = workdir / f"out_x{k}"
+    shutil.rmtree(out, ignore_errors=True)
+    cli = shutil.which("chakra-hooks") or str(Path(sys.executable).with_name("chakra-hooks"))
+    result = measure([cli, "convert", str(folder), "-o", str(out), "-j", "1"])
+    return row(f"ours convert K={k}", mb, result)
+
+
+def reference(workdir: Path) -> str:
+    src = CORPUS / "chakra_reference" / "a100_resnet_nccl.ref_linked.json.gz"
+    linked = workdir / "ref_linked.json"
+    if not linked.is_file():
+        linked.write_bytes(gzip.decompress(src.read_bytes()))
+    cli = shutil.which("chakra_converter") or str(Path(sys.executable).with_name(
+        "chakra_converter"))
+    result = measure([cli, "--log-filename", str(workdir / "ref.log"), "PyTorch", "--input",
+                      str(linked), "--output", str(workdir / "ref.et")])
+    return row("reference chakra_converter K=1", linked.stat().st_size / 1e6, result)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tiles", type=int, nargs="+", default=[1, 5, 20, 50])
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="where tiles and outputs go (default: a temporary folder)")
+    parser.add_argument("--reference", action="store_true")
+    parser.add_argument("--link-only", action="store_true")
+    args = parser.parse_args()
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="chakra_bench_"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    print(f"{'run':<34} {'input MB':>9} {'seconds':>9} {'MB/s':>8} {'peak MB':>9} {'peak/in':>7}")
+    for k in args.tiles:
+        print(ours(k, workdir, args.link_only), flush=True)
+    if args.reference:
+        print(reference(workdir), flush=True)
+    if args.workdir is None:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
