@@ -144,8 +144,16 @@ class PlaneView:
         """Resolve a repeated XStat into {name: value} (ref_value becomes the referenced name)."""
         names = self.stat_names
         out: dict[str, StatValue] = {}
-        for st in stats:
-            out[names.get(st.metadata_id, str(st.metadata_id))] = self.value(st)
+        for st in stats:  # inlined value(): this runs for every stat of every event read
+            kind = st.WhichOneof("value")
+            if kind == "ref_value":
+                value: StatValue | None = names.get(st.ref_value, "")
+            elif kind is None or kind == "compressed_str_value":
+                value = self.value(st)
+            else:
+                value = getattr(st, kind)
+            key = st.metadata_id
+            out[names[key] if key in names else str(key)] = value
         return out
 
     def metadata_stats(self, metadata_id: int) -> dict[str, StatValue]:
