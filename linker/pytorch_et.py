@@ -83,6 +83,12 @@ class EtNode(msgspec.Struct, gc=False):
     output_shapes: msgspec.Raw = _NULL
     output_types: msgspec.Raw = _NULL
     attr_list: list[EtAttr] | None = msgspec.field(default=None, name="attrs")
+    # Written by the reference linker (chakra_trace_link) into "host + device" ETs: Kineto
+    # times in microseconds, and for the GPU nodes it adds, their category and stream.
+    ts: object = None
+    inclusive_dur: object = None
+    cat: object = None
+    stream: object = None
     attrs: object = _internal("attrs")  # non-standard attrs by name (collective_name, ...)
     children: object = _internal("children")
     cached_in: object = _internal("cached_in")

@@ -44,7 +44,7 @@ import orjson
 
 from chakra_hooks.errors import TraceFormatError
 from chakra_hooks.linker import pytorch_edges
-from chakra_hooks.linker.kineto import KEvent, KinetoTrace, read_kineto
+from chakra_hooks.linker.kineto import DEVICE_CATS, KEvent, KinetoTrace, read_kineto
 from chakra_hooks.linker.model import (PS_PER_NS, CommInfo, CommType, Edge, EdgeKind,
                                        LinkedTrace, Op, OpKind, TensorIO)
 from chakra_hooks.linker.pytorch_comms import (C10D_OPS, CommMeta, classify, from_c10d_et,
@@ -105,7 +105,10 @@ class _Linker:
         self.et, self.kt = et, kt
         if rank is None:
             rank = kt.rank if kt is not None and kt.rank is not None else 0
-        clock = kt.clock if kt is not None else "none (host ET only: no times)"
+        clock = kt.clock if kt is not None else (
+            "et:ts-us (Kineto times a reference-linked ET carries, no base)"
+            if et is not None and any(n.ts is not None for n in et.nodes[:64])
+            else "none (host ET only: no times)")
         self.trace = LinkedTrace(rank=rank, framework="pytorch", clock=clock)
         self.ops, self.edges = self.trace.ops, self.trace.edges
         self.threads = index_threads(kt.host) if kt is not None else {}
@@ -114,6 +117,9 @@ class _Linker:
         self.rpc_meta: dict[int, CommMeta] = {}  # ET id (rpc or its parent) -> metadata
         self.c10d_on_device: set[int] = set()  # id() of Kineto c10d ranges that launched kernels
         self.window: tuple[int, int] | None = None
+        # Device ops will exist: Kineto has some, or a reference-linked ET carries them.
+        self.has_device = bool(kt.device) if kt is not None else (
+            et is not None and any(n.cat in DEVICE_CATS for n in et.nodes))
         self.seqs: dict[str, list[int]] = defaultdict(list)  # host lane -> top-level op uids
         self.nested_after: dict[int, list[int]] = defaultdict(list)  # top uid -> nested comm
         self.thread_ops: dict[tuple, list[tuple[int, int]]] = defaultdict(list)  # Kineto thread
@@ -208,6 +214,8 @@ class _Linker:
             stack = list(reversed(root.children))
             while stack:
                 node = stack.pop()
+                if node.cat is not None:
+                    continue  # a device node of a reference-linked ET: see _et_device_ops
                 if node.name == PG_INIT:
                     self._metadata_op(node.name, node.inputs.values[0] if node.inputs.values
                                       else "", f"thread:et{node.tid}", node.id)
@@ -223,8 +231,38 @@ class _Linker:
             top_uid[node.id] = op.uid
             self.seqs[lane_of[node.tid]].append(op.uid)
         self._nested_c10d(top_uid)
+        if self.kt is None:
+            self._et_device_ops(top_uid)
         if not any(op.kind == OpKind.METADATA for op in self.ops):
             self._kineto_pg_metadata()
+
+    def _et_device_ops(self, top_uid: dict[int, int]) -> None:
+        """Device nodes a reference-linked ET carries (``cat`` kernel / gpu_memcpy /
+        gpu_memset under their launching op), used when there is no Kineto trace."""
+        by_id = self.et.by_id
+        for node in self.et.nodes:
+            if node.cat not in DEVICE_CATS:
+                continue
+            ev = _et_event(node)
+            kind, comm, meta = OpKind.COMPUTE, None, None
+            if ev.cat == "kernel" and kernel_collective(node.name) is not None:
+                meta = from_record_param_comms(node)
+                found = classify(meta.name if meta else kernel_collective(node.name) or "")
+                if found is not None:
+                    kind, ctype = found
+                    comm = self._comm_info(kind, ctype, meta)
+            elif ev.cat == "gpu_memcpy":
+                kind = _COPY_KINDS.get(node.name[7:11], kind)
+            op = self._add(node.name, kind, True, f"stream:0:{node.stream}", None)
+            op.start_ps, op.dur_ps, op.comm = ev.start * PS_PER_NS, ev.dur * PS_PER_NS, comm
+            op.attrs.update(category=ev.cat, et_id=node.id)
+            if meta is not None:
+                _split_attrs(op, meta)
+            anc = by_id.get(node.parent)
+            while anc is not None and anc.id not in top_uid and anc.parent != anc.id:
+                anc = by_id.get(anc.parent)
+            if anc is not None and anc.id in top_uid:
+                self.edges.append(Edge(top_uid[anc.id], op.uid, EdgeKind.LAUNCH))
 
     def _et_thread_lanes(self, tops: list[EtNode]) -> dict[int, str]:
         """ET tid -> lane, named after the Kineto thread most of its matched ops ran on."""
@@ -242,6 +280,8 @@ class _Linker:
         return lanes
 
     def _et_host_op(self, node: EtNode, ev: KEvent | None, lane: str) -> Op:
+        if ev is None and self.kt is None and node.ts is not None:
+            ev = _et_event(node)  # times a reference-linked ET carries
         if node.name in C10D_OPS and self._c10d_on_host(node, ev):
             op = self._c10d_comm_op(node, ev)
         else:
@@ -257,8 +297,8 @@ class _Linker:
         """A c10d op is a host-side collective when it launched no device work."""
         if ev is not None and id(ev) in self.c10d_on_device:
             return False
-        if ev is None and self.kt is not None and self.kt.device and node.on_gpu():
-            return False  # unmatched, but its kernels are in Kineto: they represent it
+        if self.has_device and (ev is None or self.kt is None) and node.on_gpu():
+            return False  # not linked to kernels, but they are in the trace: they represent it
         return True
 
     def _c10d_comm_op(self, node: EtNode, ev: KEvent | None) -> Op:
@@ -490,6 +530,19 @@ class _Linker:
         elif pid_differs:
             trace.metadata["note"] = (f"ET pid {self.et.pid} is not Kineto's; the traces are two "
                                       f"runs of one program ({m.rate:.1%} of host ops match)")
+
+
+def _et_event(node: EtNode) -> KEvent:
+    """A stand-in Kineto event for an ET node that carries Kineto times itself."""
+    ts, dur = node.ts, node.inclusive_dur or 0
+    try:
+        start = ts * 1000 if type(ts) is int else round(ts * 1000)
+        length = dur * 1000 if type(dur) is int else round(dur * 1000)
+    except TypeError as exc:
+        raise TraceFormatError("host ET", f"node {node.id}", "numeric 'ts' / 'inclusive_dur'"
+                               ) from exc
+    return KEvent(node.name, str(node.cat or "cpu_op"), pid=0, tid=node.tid, start=start,
+                  dur=length)
 
 
 def _inside_host_op(ev: KEvent) -> bool:

@@ -240,3 +240,20 @@ def test_gloo_collectives_on_cpu(gloo_traces: Path) -> None:
         assert data and all(trace.ops[e.src].lane != trace.ops[e.dst].lane for e in data)
     assert [op.comm.comm_type for op in per_rank[0] if op.kind == OpKind.COLLECTIVE] == \
         [op.comm.comm_type for op in per_rank[1] if op.kind == OpKind.COLLECTIVE]
+
+
+def test_reference_linked_et_alone(corpus: Path) -> None:
+    """The reference linker's host + device ET carries Kineto times and GPU nodes itself."""
+    trace = link(corpus / "chakra_reference/a100_resnet_nccl.ref_linked.json.gz", None)
+    assert trace.clock.startswith("et:ts-us")
+    device = _device(trace)
+    assert len(device) == 3660 and trace.stats["device_linked"] == 3660
+    colls = [op for op in trace.ops if op.kind == OpKind.COLLECTIVE]
+    assert Counter(op.comm.comm_type for op in colls) == {CommType.ALL_REDUCE: 15,
+                                                           CommType.BROADCAST: 6}
+    assert all(op.on_device and op.lane.startswith("stream:") for op in colls)
+    assert sum(op.comm.size_bytes for op in colls) == 307_323_096
+    assert all(op.start_ps is not None for op in trace.ops if op.kind != OpKind.METADATA)
+    successors = {e.src for e in trace.edges if e.kind == EdgeKind.STREAM_ORDER}
+    assert len(successors) == len(device) - len({op.lane for op in device})
+    _check_edges(trace)
