@@ -38,7 +38,7 @@ def discover(files: list[Path], warn: Callable[[str], None]) -> tuple[list[RankJ
         if manifest_path is not None:
             claimed.add(manifest_path)
             job.files["manifest"] = manifest_path
-            for key in ("hlo_source", "complete"):
+            for key in ("hlo_source", "complete", "local_device_ids"):
                 if key in manifest:
                     job.options[key] = manifest[key]
             job.options["manifest"] = str(manifest_path)

@@ -47,7 +47,8 @@ def load(job: RankJob) -> list[LinkedTrace]:
         raise TraceFormatError(path, "planes", "a /device:TPU:<n> or /device:GPU:<n> plane, or "
                                "/host:CPU events with hlo_op stats (XLA CPU backend)")
     start_ns = profile_start_ns(space)
-    traces = [_DeviceLinker(dev, modules, path).link() for dev in devices]
+    ids = _device_ids(job, devices, path)
+    traces = [_DeviceLinker(dev, modules, path, ids[dev.ordinal]).link() for dev in devices]
     _assign_groups(traces)
     for trace in traces:
         if start_ns is not None:
@@ -98,6 +99,22 @@ def _modules_from_metadata(meta: PlaneView, modules: dict[str, hlo.HloModule], p
             modules.setdefault(module.name, module)
 
 
+def _device_ids(job: RankJob, devices: list[Device], path: Path) -> dict[int, int]:
+    """Local device ordinal -> global device id.
+
+    A profile names devices by their ordinal in the process. With several processes (multi-host
+    JAX) the global ids come from the collector's manifest (``local_device_ids``, in ordinal
+    order); without one, ordinals are used as ids, which is right for a single process."""
+    local = job.options.get("local_device_ids")
+    ordinals = sorted({d.ordinal for d in devices})
+    if isinstance(local, list) and local and all(isinstance(i, int) for i in local):
+        if max(ordinals) >= len(local):
+            raise TraceFormatError(path, f"device ordinal {max(ordinals)}",
+                                   f"a device listed in the run manifest ({len(local)} local devices)")
+        return {o: local[o] for o in ordinals}
+    return {o: o for o in ordinals}
+
+
 # ---------------------------------------------------------------------------------------------
 # Per device
 
@@ -117,6 +134,7 @@ class _DeviceLinker:
     dev: Device
     modules: dict[str, hlo.HloModule]
     path: Path
+    device_id: int  # the device's global id: its rank, and its id in replica groups
     trace: LinkedTrace = field(init=False)
     placed: list[_Placed] = field(default_factory=list)
     text_modules: dict[str, hlo.HloModule] = field(default_factory=dict)
@@ -124,8 +142,9 @@ class _DeviceLinker:
 
     def __post_init__(self) -> None:
         dev = self.dev
-        self.trace = LinkedTrace(rank=dev.ordinal, framework="jax", clock=dev.clock)
-        self.trace.metadata.update({"device": dev.plane, "device_kind": dev.kind, "clock": dev.clock})
+        self.trace = LinkedTrace(rank=self.device_id, framework="jax", clock=dev.clock)
+        self.trace.metadata.update({"device": dev.plane, "device_kind": dev.kind, "clock": dev.clock,
+                                    "local_device_ordinal": dev.ordinal})
 
     def link(self) -> LinkedTrace:
         # At equal starts a transfer follows the copy-start that issues it (uids = this order).
@@ -192,7 +211,7 @@ class _DeviceLinker:
             return self._permute_ops(ev, module, inst, coll)
         op = self._new_op(ev, OpKind.COLLECTIVE)
         op.comm = CommInfo(size_bytes=coll.size_bytes, comm_type=COMM_TYPES[coll.kind])
-        group = _group_of(coll.replica_groups, self.dev.ordinal)
+        group = _group_of(coll.replica_groups, self.device_id)
         if group is not None:
             op.attrs["_group"] = list(group)  # replaced by a group id once all devices are linked
         self._describe(op, module, inst)
@@ -204,7 +223,7 @@ class _DeviceLinker:
     def _permute_ops(self, ev: DeviceEvent, module: hlo.HloModule, inst: hlo.Instruction,
                      coll: hlo.Collective) -> list[int]:
         """One SEND per target and one RECV per source this device has in the pairs."""
-        me = self.dev.ordinal
+        me = self.device_id
         tag = self._tag(ev, inst)
         uids: list[int] = []
         for src, dst in coll.source_target_pairs:

@@ -211,6 +211,8 @@ class Trace:
             "process_index": pindex, "process_count": pcount,
             "devices": [{"id": d.id, "platform": d.platform, "kind": getattr(d, "device_kind", ""),
                          "process_index": d.process_index} for d in jax.devices()],
+            # global ids of this process's devices, by local ordinal: the ETs' ranks
+            "local_device_ids": [d.id for d in sorted(jax.local_devices(), key=_local_ordinal)],
             "steps_requested": [self.first, self.end], "steps": self.steps,
             "complete": not self.errors, "errors": self.errors, "files": files,
             "hlo_source": hlo_source,
@@ -226,6 +228,11 @@ class Trace:
         from chakra_hooks.convert import convert_paths
 
         convert_paths([self.outdir], self.outdir / "et")
+
+
+def _local_ordinal(device: Any) -> int:
+    hw = getattr(device, "local_hardware_id", None)
+    return hw if isinstance(hw, int) else device.id
 
 
 def _jaxlib_version() -> str:

@@ -87,7 +87,7 @@ def test_capture_writes_profile_hlo_and_manifest(captured: tuple[Path, str]) -> 
     m = _manifest(outdir)
     assert m["framework"] == "jax" and m["complete"] is True and m["errors"] == []
     assert m["steps"] == [1, 2] and m["steps_requested"] == [1, 3]
-    assert len(m["devices"]) == 4 and m["versions"]["jax"]
+    assert len(m["devices"]) == 4 and m["versions"]["jax"] and m["local_device_ids"] == [0, 1, 2, 3]
     assert m["hlo_source"] == "xspace /host:metadata Hlo Proto"
     [xplane] = m["files"]["xspace"]
     assert (outdir / xplane).is_file()

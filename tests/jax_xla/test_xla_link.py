@@ -51,6 +51,19 @@ def test_tpu_one_trace_per_chip_with_the_iota_groups(tpu_traces: list[LinkedTrac
         assert t.stats["hlo_match_rate"] == 1.0 and t.metadata["hlo_source"] == "hlo proto"
 
 
+def test_manifest_device_ids_become_ranks(corpus: Path) -> None:
+    """A multi-host run: this host's chips are global devices 4..7 (from the run manifest)."""
+    traces = xla_link.load(RankJob("xla", {"xspace": corpus / TPU}, options={"local_device_ids": [4, 5, 6, 7]}))
+    assert [t.rank for t in traces] == [4, 5, 6, 7]
+    for t in traces:
+        assert t.metadata["local_device_ordinal"] == t.rank - 4
+        for op in t.ops:
+            if op.kind == OpKind.COLLECTIVE:
+                assert t.groups[op.comm.group] == [t.rank - 4, t.rank]
+    with pytest.raises(TraceFormatError):
+        xla_link.load(RankJob("xla", {"xspace": corpus / TPU}, options={"local_device_ids": [0, 1]}))
+
+
 def test_tpu_durations_are_device_durations(corpus: Path, tpu_traces: list[LinkedTrace]) -> None:
     space = xspace.read_xspace(corpus / TPU)
     for t in tpu_traces:
