@@ -225,6 +225,9 @@ def _node_attrs(op: Op, exact_unit: str) -> Iterable[AttributeProto]:
         yield make_attr(f"start_{exact_unit}", op.start_ps // divisor)
     if op.dur_ps is not None:
         yield make_attr(f"duration_{exact_unit}", op.dur_ps // divisor)
+    else:
+        # Say so rather than pass off 0 as a measurement (an ET op that Kineto did not record).
+        yield make_attr("duration_unknown", True)
     if op.bytes is not None:
         yield make_attr("tensor_size", op.bytes)
     if op.flops is not None:

@@ -32,8 +32,9 @@ ASTRA_SIM_REFUSED_TYPES = frozenset({
 # Simulated, or (BROADCAST) replayed from its duration; any other type aborts ASTRA-sim.
 ASTRA_SIM_COMM_TYPES = frozenset(CollectiveCommType.Value(n) for n in
                                  ("ALL_REDUCE", "ALL_GATHER", "ALL_TO_ALL", "REDUCE_SCATTER", "BROADCAST"))
-# Attributes a duration may hide in when duration_micros rounds to 0 (our converter's exact times).
-EXACT_DURATION_ATTRS = ("duration_ns", "duration_ps")
+# Attributes that account for a duration_micros of 0: the exact time (a sub-microsecond op
+# rounds to 0), or a producer saying the op was not measured (ours write duration_unknown).
+EXACT_DURATION_ATTRS = ("duration_ns", "duration_ps", "duration_unknown")
 TARGETS = ("chakra", "astra-sim")
 
 

@@ -92,3 +92,14 @@ def test_cycle_against_time_is_broken_and_counted() -> None:
 def test_unknown_target_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown target"):
         build_graph(small_trace(), target="ns3")
+
+
+def test_unmeasured_ops_say_so() -> None:
+    trace = small_trace()
+    trace.ops.append(Op(8, "aten::select", OpKind.COMPUTE, False, "thread:1"))
+    graph = build_graph(trace)
+    node = next(n for n in graph.nodes if n.id == 8)
+    attrs = attr_dict(node)
+    assert node.duration_micros == 0 and attrs["duration_unknown"].bool_val
+    assert "duration_ns" not in attrs and "start_ns" not in attrs
+    assert validate("t", graph.metadata, graph.nodes).ok
