@@ -142,11 +142,7 @@ def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike
     staging = tempfile.mkdtemp(prefix=".chakra-hooks-", dir=out)
     try:
         results = _run_jobs(jobs, staging, prefix, target, write_json, keep_mem, workers, progress)
-        ranks = [r.rank for r in results]
-        duplicates = sorted({r for r in ranks if ranks.count(r) > 1})
-        if duplicates:
-            raise TraceFormatError(", ".join(map(str, inputs)), f"ranks {duplicates}",
-                                   "one set of traces per rank, found several")
+        _refuse_duplicate_ranks(results, inputs)
         groups, problems = _merge_groups(results)
         for problem in problems:
             note(problem)
@@ -163,6 +159,19 @@ def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return ConvertResult(out, results, comm_group, warnings)
+
+
+def _refuse_duplicate_ranks(results: list[RankResult], inputs: Sequence[str | os.PathLike]) -> None:
+    """Two traces claiming one rank: traces of several runs in one folder."""
+    sources: dict[int, list[str]] = {}
+    for result in results:
+        sources.setdefault(result.rank, []).append(result.source)
+    clashes = {rank: found for rank, found in sources.items() if len(found) > 1}
+    if clashes:
+        rank, found = next(iter(sorted(clashes.items())))
+        raise TraceFormatError(", ".join(map(str, inputs)), f"rank {rank}",
+                               f"one set of traces per rank, found {len(found)} ({'; '.join(found)}); "
+                               "traces of different runs? convert each run on its own")
 
 
 def _run_jobs(jobs: list[RankJob], staging: str, prefix: str, target: str, write_json: bool,
