@@ -5,8 +5,9 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-import numpy as np
 import pytest
+
+np = pytest.importorskip("numpy")
 
 from chakra_hooks.linker import hlo, xspace
 

@@ -6,6 +6,7 @@ JAX reads XLA_FLAGS when it is imported, so every JAX program runs in its own su
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -20,6 +21,9 @@ from chakra_hooks.converter import etio, validate
 from chakra_hooks.converter.attrs import attr_dict, value_of
 from chakra_hooks.converter.schema import NodeType
 from chakra_hooks.linker import hlo, xspace
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("jax") is None,
+                                reason="jax is not installed (pip install chakra-hooks[jax])")
 
 PROGRAM = r'''
 import os, sys

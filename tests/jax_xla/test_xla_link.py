@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
 import pytest
+
+np = pytest.importorskip("numpy")
 
 from chakra_hooks.convert import convert_paths
 from chakra_hooks.converter import etio, graph, validate
