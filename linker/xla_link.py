@@ -160,6 +160,7 @@ class _DeviceLinker:
         stats["device_events"] = len(self.dev.events)
         stats["hlo_matched"] = matched
         stats["hlo_match_rate"] = matched / len(self.dev.events) if self.dev.events else 1.0
+        stats["match_rate"] = stats["hlo_match_rate"]  # the key convert's summary table shows
         sources = sorted({p.module.source for p in self.placed if p.module is not None})
         self.trace.metadata["hlo_source"] = ",".join(sources) or "none"
         return self.trace
