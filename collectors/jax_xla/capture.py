@@ -227,7 +227,7 @@ class Trace:
     def _convert(self) -> None:
         from chakra_hooks.convert import convert_paths
 
-        convert_paths([self.outdir], self.outdir / "et")
+        convert_paths([self.outdir], self.outdir / "chakra", progress=False)
 
 
 def _local_ordinal(device: Any) -> int:
