@@ -329,6 +329,9 @@ class Trace:
         if s.routing is not None:
             routing_records = []
             self._guard(s, "copying routing bins", lambda: routing_records.extend(s.routing.records()))
+            if s.routing.errors:
+                s.errors.append(f"routing bins: {len(s.routing.errors)} router call(s) not "
+                                f"counted ({s.routing.errors[0]})")
         self._guard(s, "writing the host ET", self._write_et, s, files)
         if routing_records:
             self._guard(s, "writing routing bins", self._write_routing, s, routing_records, files)

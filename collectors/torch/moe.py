@@ -32,6 +32,7 @@ annotation name in the window on this rank) identify the annotation event in the
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
@@ -43,6 +44,7 @@ SIDECAR_FORMAT = "chakra-hooks-routing/1"
 ANNOTATION_PREFIX = "moe_router:layer"
 CLOCK = "unix_ns: time.time_ns(), CLOCK_REALTIME (Kineto baseTimeNanoseconds + ts*1000)"
 
+log = logging.getLogger("chakra_hooks.collectors.torch")
 _LAYER_IN_NAME = re.compile(r"(?:^|\.)(\d+)(?:\.|$)")
 
 
@@ -124,20 +126,26 @@ def routing_tensor(output: Any) -> Any:
 def count_on_device(t: Any, num_experts: int) -> tuple[Any, int]:
     """Per-expert counts of a routing tensor, on its device, without a host sync.
 
-    Returns (counts, tokens): counts has ``num_experts + 1`` entries for index tensors (the
-    last one collects out-of-range indices) and ``num_experts`` for bool routing maps.
+    Returns (counts, tokens). For index tensors counts has at least ``num_experts + 1``
+    entries: those from ``num_experts`` on count out-of-range ids (padding, dropped tokens).
+    For bool routing maps it has ``num_experts`` entries. Integer and bool tensors carry no
+    autograd history, so no detach / no_grad is needed (each would be one more recorded op).
     """
     import torch
 
     if t.dtype == torch.bool:  # routing map [tokens, experts]
         return t.sum(dim=0, dtype=torch.int64), int(t.shape[0])
     tokens = int(t.shape[0]) if t.dim() >= 2 else int(t.numel())
-    flat = t.reshape(-1).long()
-    # Out-of-range ids (padding, dropped tokens) go to an extra bucket instead of raising.
-    flat = torch.where((flat >= 0) & (flat < num_experts), flat, num_experts)
+    flat = t.reshape(-1)
     if flat.device.type == "cpu":
-        return torch.bincount(flat, minlength=num_experts + 1), tokens
-    # bincount on accelerators reads max() back to the host; scatter_add does not.
+        try:  # the common case in one op; negative ids make bincount raise
+            return torch.bincount(flat, minlength=num_experts + 1), tokens
+        except RuntimeError:
+            pass
+    # Accelerators (bincount reads max() back to the host; scatter_add does not) and negative
+    # ids: out-of-range ids go to the extra bucket instead of failing.
+    flat = flat.long()
+    flat = torch.where((flat >= 0) & (flat < num_experts), flat, num_experts)
     counts = torch.zeros(num_experts + 1, dtype=torch.int64, device=flat.device)
     return counts.scatter_add_(0, flat, torch.ones_like(flat)), tokens
 
@@ -167,11 +175,12 @@ class RoutingRecorder:
     pending: list[_Pending] = field(default_factory=list)
     _handles: list[Any] = field(default_factory=list)
     _names: dict[int, str] = field(default_factory=dict)
-    _open: dict[int, list[tuple[Any, int, str]]] = field(default_factory=dict)
+    _open: dict[int, list[tuple]] = field(default_factory=dict)  # (rf, start, name, layer, module)
     _occurrence: dict[str, int] = field(default_factory=dict)
     _calls_in_step: int = 0
     _type_cache: dict[type, bool] = field(default_factory=dict)
     _hooked_ids: set[int] = field(default_factory=set)
+    errors: list[str] = field(default_factory=list)
 
     def activate(self) -> None:
         """Install the hooks (window start)."""
@@ -238,6 +247,23 @@ class RoutingRecorder:
         return int(m.group(1)) if m else self._calls_in_step
 
     def _pre(self, mod: Any, args: Any) -> None:
+        try:
+            self._enter(mod)
+        except Exception as exc:  # a tracing problem must never break the user's forward
+            self._fail(exc)
+
+    def _post(self, mod: Any, args: Any, out: Any) -> None:
+        try:
+            self._exit(mod, out)
+        except Exception as exc:
+            self._fail(exc)
+
+    def _fail(self, exc: Exception) -> None:
+        if not self.errors:
+            log.warning("chakra-hooks: routing bins: %s: %s", type(exc).__name__, exc)
+        self.errors.append(f"{type(exc).__name__}: {exc}")
+
+    def _enter(self, mod: Any) -> None:
         import torch
 
         spec = detect_router(mod)
@@ -249,7 +275,7 @@ class RoutingRecorder:
         rf.__enter__()
         self._open.setdefault(id(mod), []).append((rf, time.time_ns(), annotation, layer, name))
 
-    def _post(self, mod: Any, args: Any, out: Any) -> None:
+    def _exit(self, mod: Any, out: Any) -> None:
         stack = self._open.get(id(mod))
         if not stack:
             return
@@ -262,10 +288,7 @@ class RoutingRecorder:
         t = None if out is None else (spec.select or routing_tensor)(out)
         if t is None:
             return  # the router raised, or its output has no routing tensor
-        import torch
-
-        with torch.no_grad(), torch.autograd.profiler.record_function("chakra_hooks:routing_bins"):
-            counts, tokens = count_on_device(t.detach(), spec.num_experts)
+        counts, tokens = count_on_device(t, spec.num_experts)
         self.pending.append(
             _Pending(
                 self.step, layer, name or type(mod).__name__, spec, tokens, counts,
@@ -294,7 +317,7 @@ class RoutingRecorder:
 
     def _record(self, p: _Pending, counts: list[int]) -> dict:
         e = p.spec.num_experts
-        bins, dropped = counts[:e], (counts[e] if len(counts) > e else 0)
+        bins, dropped = counts[:e], sum(counts[e:])
         ep = p.spec.ep_size or self.ep_size
         ep_bins = None
         if ep and e % ep == 0:

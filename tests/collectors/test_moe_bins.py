@@ -151,3 +151,20 @@ def test_register_router_rejects_bad_layouts():
         ct.register_router(torch.nn.Linear(2, 2), num_experts=6, top_k=2, ep_size=4)
     with pytest.raises(ValueError):
         ct.register_router(torch.nn.Linear(2, 2), num_experts=0, top_k=2)
+
+
+def test_a_failing_routing_hook_never_breaks_the_forward(tmp_path, caplog):
+    router = torch.nn.Linear(4, 4)
+
+    def bad_select(out):
+        raise KeyError("no indices here")
+
+    ct.register_router(router, num_experts=4, top_k=1, layer=0, select=bad_select)
+    with ct.trace(tmp_path, steps=[0]) as t:
+        y = router(torch.randn(3, 4))
+        t.step()
+    assert y.shape == (3, 4)
+    assert any("routing bins" in r.message for r in caplog.records)
+    man = json.loads((tmp_path / "manifest.json").read_text())
+    assert man["complete"] is False and "routing bins" in man["rank_status"]["0"]["error"]
+    assert "kineto" in man["ranks"]["0"]  # the rest of the capture is still written
