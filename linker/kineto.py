@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from sys import intern
 
 import msgspec
 
@@ -166,39 +167,57 @@ def read_kineto(path: Path) -> KinetoTrace:
 
 
 def _read_events(trace: KinetoTrace, events: list[KEvent]) -> None:
-    """Sort the events into the kept lists and set their integer times; the hot loop."""
+    """Sort the events into the kept lists and set their integer times; the hot loop.
+
+    Memory matters here (a 1 GB trace has millions of events): the float ``ts`` / ``dur``
+    are dropped once converted, and repeated names and thread ids share one object.
+    """
     host, runtime, device, syncs = trace.host, trace.runtime, trace.device, trace.syncs
-    flow_ends, pids = trace.flow_ends, trace.pids
+    pids = trace.pids
     base = trace.base_ns
     host_cats, runtime_cats, device_cats = HOST_CATS, RUNTIME_CATS, DEVICE_CATS
+    ids: dict = {}  # pid / tid values -> one shared object
+    uncorrelated = 0
     for index, ev in enumerate(events):
-        ph = ev.ph
-        if ph == "X":
-            cat = ev.cat
-            if cat in host_cats:
-                out = host
-                pids.add(ev.pid)
-            elif cat in runtime_cats:
-                out = runtime
-            elif cat in device_cats:
-                out = device
-            elif cat == "cuda_sync":
-                out = syncs
-            else:
-                continue
-            ts, dur = ev.ts, ev.dur_us
-            try:
-                ev.start = base + (ts * 1000 if type(ts) is int else round(ts * 1000))
-                ev.dur = dur * 1000 if type(dur) is int else round(dur * 1000)
-            except TypeError as exc:
-                raise TraceFormatError(trace.path, f"traceEvents[{index}]",
-                                       "numeric 'ts' and 'dur' microseconds") from exc
-            if ev.tid is None or not ev.name:
-                raise TraceFormatError(trace.path, f"traceEvents[{index}]",
-                                       "an event with name, pid and tid")
-            out.append(ev)
-        elif ph == "f" and ev.cat == "ac2g" and ev.ts is not None:
-            ts = ev.ts
+        if ev.ph != "X":
+            continue
+        cat = ev.cat
+        if cat in host_cats:
+            out = host
+            pids.add(ev.pid)
+        elif cat in runtime_cats:
+            out = runtime
+        elif cat in device_cats:
+            out = device
+            uncorrelated += ev.args.correlation is None
+        elif cat == "cuda_sync":
+            out = syncs
+        else:
+            continue
+        ts, dur = ev.ts, ev.dur_us
+        try:
+            ev.start = base + (ts * 1000 if type(ts) is int else round(ts * 1000))
+            ev.dur = dur * 1000 if type(dur) is int else round(dur * 1000)
+        except TypeError as exc:
+            raise TraceFormatError(trace.path, f"traceEvents[{index}]",
+                                   "numeric 'ts' and 'dur' microseconds") from exc
+        if ev.tid is None or not ev.name:
+            raise TraceFormatError(trace.path, f"traceEvents[{index}]",
+                                   "an event with name, pid and tid")
+        ev.ts = ev.dur_us = None
+        ev.name = intern(ev.name)
+        ev.pid = ids.setdefault(ev.pid, ev.pid)
+        ev.tid = ids.setdefault(ev.tid, ev.tid)
+        out.append(ev)
+    if uncorrelated:  # only then are the ac2g flow ends worth indexing
+        _index_flow_ends(trace, events)
+    trace.events_total = len(events)
+
+
+def _index_flow_ends(trace: KinetoTrace, events: list[KEvent]) -> None:
+    base, flow_ends = trace.base_ns, trace.flow_ends
+    for ev in events:
+        ts = ev.ts
+        if ev.ph == "f" and ev.cat == "ac2g" and isinstance(ts, (int, float)):
             flow_ends[(ev.pid, ev.tid, base + (ts * 1000 if type(ts) is int
                                               else round(ts * 1000)))] = ev.id
-    trace.events_total = len(events)

@@ -15,6 +15,7 @@ so id order is program (entry) order on each thread.
 from __future__ import annotations
 
 import re
+from sys import intern
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +28,8 @@ KNOWN_SCHEMAS = ("1.0.1", "1.0.2", "1.0.3", "1.0.4", "1.1.0", "1.1.1")
 USER_SCOPE = 7  # RecordScope::USER_SCOPE: record_function annotations and the ET roots
 _STANDARD_ATTRS = frozenset(("rf_id", "fw_parent", "seq_id", "scope", "tid", "fw_tid",
                              "op_schema", "kernel_backend", "kernel_file", "tensor_range"))
+_STANDARD_LENGTHS = (7, 10)
+_STANDARD_LAST = ("op_schema", "tensor_range")
 
 
 @dataclass(slots=True)
@@ -55,6 +58,7 @@ class _IORaw(msgspec.Struct):
 
 
 _IO_DECODER = msgspec.json.Decoder(_IORaw)
+_ATTRS_DECODER = msgspec.json.Decoder(list[EtAttr])
 
 
 def _internal(name: str, default: object = None) -> object:
@@ -82,7 +86,7 @@ class EtNode(msgspec.Struct, gc=False):
     input_types: msgspec.Raw = _NULL
     output_shapes: msgspec.Raw = _NULL
     output_types: msgspec.Raw = _NULL
-    attr_list: list[EtAttr] | None = msgspec.field(default=None, name="attrs")
+    attr_raw: msgspec.Raw = msgspec.field(default=_NULL, name="attrs")
     # Written by the reference linker (chakra_trace_link) into "host + device" ETs: Kineto
     # times in microseconds, and for the GPU nodes it adds, their category and stream.
     ts: object = None
@@ -179,14 +183,33 @@ def _finish_node(node: EtNode, index: int, path: Path) -> None:
     node.parent = parent
     node.children = []
     node.attrs = _NO_ATTRS
-    if node.attr_list:
-        attrs = {a.name: a.value for a in node.attr_list}
-        node.attr_list = None
-        node.rf_id = attrs.pop("rf_id", 0) or 0
-        node.tid = attrs.pop("tid", 0)
-        node.scope = attrs.pop("scope", 0)
-        if len(attrs) > len(_STANDARD_ATTRS) or not attrs.keys() <= _STANDARD_ATTRS:
-            node.attrs = {k: v for k, v in attrs.items() if k not in _STANDARD_ATTRS}
+    node.name = intern(node.name)
+    raw = node.attr_raw
+    if raw is _NULL:
+        return
+    node.attr_raw = _NULL
+    # Attrs are decoded node by node (not with the whole file), so their objects are freed
+    # at once: on a 1 GB ET they would otherwise be the largest thing in memory.
+    try:
+        attr_list = _ATTRS_DECODER.decode(raw)
+    except msgspec.MsgspecError as exc:
+        raise TraceFormatError(path, f"nodes[{index}] (id {node.id})",
+                               f"an attrs list of {{name, type, value}} ({exc})") from exc
+    if (len(attr_list) in _STANDARD_LENGTHS and attr_list[0].name == "rf_id"
+            and attr_list[3].name == "scope" and attr_list[4].name == "tid"
+            and attr_list[-1].name in _STANDARD_LAST):
+        # The layout torch writes for ordinary ops (rf_id, fw_parent, seq_id, scope, tid,
+        # fw_tid, op_schema[, kernel_backend, kernel_file, tensor_range]): no dict needed.
+        node.rf_id = attr_list[0].value or 0
+        node.scope = attr_list[3].value
+        node.tid = attr_list[4].value
+        return
+    attrs = {a.name: a.value for a in attr_list}
+    node.rf_id = attrs.pop("rf_id", 0) or 0
+    node.tid = attrs.pop("tid", 0)
+    node.scope = attrs.pop("scope", 0)
+    if not attrs.keys() <= _STANDARD_ATTRS:
+        node.attrs = {k: v for k, v in attrs.items() if k not in _STANDARD_ATTRS}
 
 
 _NO_ATTRS: dict = {}

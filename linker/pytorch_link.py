@@ -90,8 +90,10 @@ def link(host_et_path: Path | None, kineto_path: Path | None, rank: int | None =
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        et = read_host_et(host_et_path) if host_et_path is not None else None
+        # Kineto first: its raw bytes are gone once decoded, while the ET keeps its raw bytes
+        # (tensor values are sliced from them lazily); so the two raw files never coexist.
         kt = read_kineto(kineto_path) if kineto_path is not None else None
+        et = read_host_et(host_et_path) if host_et_path is not None else None
         return _Linker(et, kt, rank).build()
     finally:
         if was_enabled:
