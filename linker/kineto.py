@@ -70,6 +70,8 @@ class KArgs(msgspec.Struct, frozen=True, gc=False):
 
 _ARG_ATTR = {f.encode_name: f.name for f in msgspec.structs.fields(KArgs)}
 _NO_ARGS = KArgs()
+_RAW_NULL = msgspec.Raw(b"null")
+_ARGS_DECODER = msgspec.json.Decoder(KArgs | None)
 
 
 class KEvent(msgspec.Struct, gc=False):
@@ -87,7 +89,9 @@ class KEvent(msgspec.Struct, gc=False):
     tid: object = None
     ts: object = None
     dur_us: object = msgspec.field(default=0, name="dur")
-    args: KArgs = _NO_ARGS
+    # Raw while decoding (most events are dropped: their args are never built), then the
+    # reader swaps in a KArgs for the events it keeps.
+    args: msgspec.Raw = _RAW_NULL
     id: object = None
     start: int = _internal("start")
     dur: int = _internal("dur")
@@ -178,6 +182,7 @@ def _read_events(trace: KinetoTrace, events: list[KEvent]) -> None:
     host_cats, runtime_cats, device_cats = HOST_CATS, RUNTIME_CATS, DEVICE_CATS
     ids: dict = {}  # pid / tid values -> one shared object
     uncorrelated = 0
+    args_decode, no_args = _ARGS_DECODER.decode, _NO_ARGS
     for index, ev in enumerate(events):
         if ev.ph != "X":
             continue
@@ -189,11 +194,17 @@ def _read_events(trace: KinetoTrace, events: list[KEvent]) -> None:
             out = runtime
         elif cat in device_cats:
             out = device
-            uncorrelated += ev.args.correlation is None
         elif cat == "cuda_sync":
             out = syncs
         else:
             continue
+        try:
+            ev.args = args_decode(ev.args) or no_args
+        except msgspec.MsgspecError as exc:
+            raise TraceFormatError(trace.path, f"traceEvents[{index}].args",
+                                   f"an object ({exc})") from exc
+        if out is device and ev.args.correlation is None:
+            uncorrelated += 1
         ts, dur = ev.ts, ev.dur_us
         try:
             ev.start = base + (ts * 1000 if type(ts) is int else round(ts * 1000))
