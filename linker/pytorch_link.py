@@ -289,8 +289,6 @@ class _Linker:
         else:
             op = self._add(node.name, OpKind.COMPUTE, False, lane, ev)
             op.attrs["et_id"] = node.id
-        if node.rf_id:
-            op.attrs["rf_id"] = node.rf_id
         op.inputs = TensorIO(*node.io_text())
         op.outputs = TensorIO(*node.io_text(outputs=True))
         return op
@@ -392,10 +390,9 @@ class _Linker:
             _split_attrs(op, meta)
         if collective is not None:
             attrs["collective"] = collective
-        for key, value in (("correlation", args.correlation), ("stream", stream),
-                           ("device", device)):
-            if type(value) is int:
-                attrs[key] = value
+        # Device and stream are in the lane name; the correlation leads back to Kineto.
+        if type(args.correlation) is int:
+            attrs["correlation"] = args.correlation
         if runtime is None:
             return
         self.launches.append((runtime, op.uid, lane))
