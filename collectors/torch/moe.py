@@ -123,7 +123,7 @@ def routing_tensor(output: Any) -> Any:
     return None
 
 
-def count_on_device(t: Any, num_experts: int) -> tuple[Any, int]:
+def count_on_device(t: Any, num_experts: int, top_k: int) -> tuple[Any, int]:
     """Per-expert counts of a routing tensor, on its device, without a host sync.
 
     Returns (counts, tokens). For index tensors counts has at least ``num_experts + 1``
@@ -133,9 +133,10 @@ def count_on_device(t: Any, num_experts: int) -> tuple[Any, int]:
     """
     import torch
 
-    if t.dtype == torch.bool:  # routing map [tokens, experts]
-        return t.sum(dim=0, dtype=torch.int64), int(t.shape[0])
-    tokens = int(t.shape[0]) if t.dim() >= 2 else int(t.numel())
+    if t.dtype == torch.bool:  # routing map [..., tokens, experts]
+        return t.reshape(-1, num_experts).sum(dim=0, dtype=torch.int64), t.numel() // num_experts
+    # Indices [..., tokens, top_k] (leading batch dims allowed) or already flattened.
+    tokens = t.numel() // (t.shape[-1] if t.dim() >= 2 else top_k)
     flat = t.reshape(-1)
     if flat.device.type == "cpu":
         try:  # the common case in one op; negative ids make bincount raise
@@ -288,7 +289,7 @@ class RoutingRecorder:
         t = None if out is None else (spec.select or routing_tensor)(out)
         if t is None:
             return  # the router raised, or its output has no routing tensor
-        counts, tokens = count_on_device(t, spec.num_experts)
+        counts, tokens = count_on_device(t, spec.num_experts, spec.top_k)
         self.pending.append(
             _Pending(
                 self.step, layer, name or type(mod).__name__, spec, tokens, counts,

@@ -40,6 +40,32 @@ def _qwen2_moe():
     return transformers.Qwen2MoeForCausalLM(cfg), 6, 2
 
 
+def _qwen3_moe():
+    cfg = transformers.Qwen3MoeConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=32, moe_intermediate_size=16,
+        num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+        num_experts=6, num_experts_per_tok=2, max_position_embeddings=64)
+    return transformers.Qwen3MoeForCausalLM(cfg), 6, 2
+
+
+def _gpt_oss():
+    cfg = transformers.GptOssConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=32, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=16, num_local_experts=4,
+        num_experts_per_tok=2, max_position_embeddings=64, sliding_window=8)
+    return transformers.GptOssForCausalLM(cfg), 4, 2
+
+
+def _deepseek_v3():
+    cfg = transformers.DeepseekV3Config(
+        vocab_size=64, hidden_size=32, intermediate_size=32, moe_intermediate_size=16,
+        num_hidden_layers=2, first_k_dense_replace=0, num_attention_heads=2,
+        num_key_value_heads=2, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2,
+        n_group=2, topk_group=1, kv_lora_rank=16, q_lora_rank=16, qk_rope_head_dim=8,
+        qk_nope_head_dim=8, v_head_dim=16, max_position_embeddings=64)
+    return transformers.DeepseekV3ForCausalLM(cfg), 8, 2
+
+
 def _train(model, t, steps: int, recount: dict, batch=(2, 8)) -> None:
     """Train ``steps`` steps; our own hooks keep each router's indices for the recount."""
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -64,8 +90,13 @@ def _train(model, t, steps: int, recount: dict, batch=(2, 8)) -> None:
             h.remove()
 
 
-@pytest.mark.parametrize("build", [_mixtral, _olmoe, _qwen2_moe], ids=["mixtral", "olmoe", "qwen2_moe"])
-@pytest.mark.parametrize("pass_model", [True, False], ids=["model", "autodetect"])
+FAMILIES = [_mixtral, _olmoe, _qwen2_moe, _qwen3_moe, _gpt_oss, _deepseek_v3]
+
+
+@pytest.mark.parametrize(
+    "build,pass_model",
+    [(f, True) for f in FAMILIES] + [(_mixtral, False), (_olmoe, False)],
+    ids=[f.__name__[1:] for f in FAMILIES] + ["mixtral-autodetect", "olmoe-autodetect"])
 def test_bins_equal_a_recount_from_the_routers_output(tmp_path, build, pass_model):
     torch.manual_seed(0)
     model, experts, top_k = build()
@@ -168,3 +199,17 @@ def test_a_failing_routing_hook_never_breaks_the_forward(tmp_path, caplog):
     man = json.loads((tmp_path / "manifest.json").read_text())
     assert man["complete"] is False and "routing bins" in man["rank_status"]["0"]["error"]
     assert "kineto" in man["ranks"]["0"]  # the rest of the capture is still written
+
+
+def test_batched_indices_count_every_token(tmp_path):
+    class BatchedRouter(torch.nn.Module):  # indices [batch, seq, top_k], not flattened
+        def forward(self, x):
+            return x, torch.randint(0, 5, (2, 3, 2))
+
+    router = BatchedRouter()
+    ct.register_router(router, num_experts=5, top_k=2, layer=1)
+    with ct.trace(tmp_path, steps=[0]) as t:
+        _, ids = router(torch.zeros(1))
+        t.step()
+    (rec,) = json.loads((tmp_path / "routing.rank0.json").read_text())["records"]
+    assert rec["tokens"] == 6 and rec["bins"] == torch.bincount(ids.flatten(), minlength=5).tolist()
