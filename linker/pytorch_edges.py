@@ -15,6 +15,10 @@ order on the calling thread, as the c10d / ATen code issues them:
   waiting stream); kept only when the two are on different streams (same-stream order is
   already a STREAM_ORDER edge).
 
+When Kineto recorded ``cuda_sync`` activity (profiler option ``enable_cuda_sync_events``),
+those records name the streams exactly (``stream``, ``wait_on_stream``, and the correlation of
+the ``cudaEventRecord`` behind an event wait) and replace the rules above for their calls.
+
 Every search is a bisect in per-thread or per-stream launch lists: linear-ish overall.
 """
 
@@ -27,6 +31,7 @@ from typing import TYPE_CHECKING
 from chakra_hooks.linker.model import Edge, EdgeKind
 
 if TYPE_CHECKING:
+    from chakra_hooks.linker.kineto import KEvent
     from chakra_hooks.linker.pytorch_link import _Linker
 
 _PREFIXES = ("cuda", "hip")
@@ -69,6 +74,13 @@ class _Launches:
         i = bisect_right(entry[0], t)
         return (entry[1][i], entry[2][i]) if i < len(entry[0]) else None
 
+    def next_on_lane(self, lane: str, t: int) -> int | None:
+        entry = self.lane.get(lane)
+        if entry is None:
+            return None
+        i = bisect_right(entry[0], t)
+        return entry[1][i] if i < len(entry[0]) else None
+
     def last_on_lane(self, lane: str, t: int) -> int | None:
         entry = self.lane.get(lane)
         if entry is None:
@@ -82,7 +94,9 @@ def add_sync_edges(linker: _Linker) -> None:
         return
     launches = _Launches(linker.launches)
     host = {key: sorted(v) for key, v in linker.thread_ops.items()}
-    host_starts = {key: [s for s, _ in v] for key, v in host.items()}
+    waits = _HostWaits(host, launches, linker.edges)
+    exact = {rec.args.correlation: rec for rec in linker.kt.syncs
+             if rec.args.correlation is not None}
     last_record: dict[tuple, int] = {}
     edges, window = linker.edges, linker.window
     calls = sorted((rt for rt in linker.kt.runtime if rt.name in SYNC_NAMES),
@@ -94,29 +108,67 @@ def add_sync_edges(linker: _Linker) -> None:
             continue
         if window is not None and not window[0] <= rt.start <= window[1]:
             continue
-        if rt.name in WAIT_EVENT:
+        record = exact.get(rt.args.correlation)
+        if record is not None:
+            _exact_sync(record, rt, linker.runtime_by_corr, launches, waits)
+        elif rt.name in WAIT_EVENT:
             _wait_event(launches, key, last_record.get(key), rt.start, edges)
-            continue
-        starts = host_starts.get(key)
+        elif rt.name in DEVICE_SYNC:
+            waits.add(rt, list(launches.lane), rt.start)
+        elif rt.name in STREAM_SYNC:
+            waits.add(rt, [launches.last_lane_on_thread(key, rt.start)], rt.start)
+        else:  # event synchronize: the stream the thread's latest record was on
+            t = last_record.get(key)
+            if t is not None:
+                waits.add(rt, [launches.last_lane_on_thread(key, t)], t)
+
+
+class _HostWaits:
+    """Device -> host SYNC edges: the host op after a blocking call waits for device work."""
+
+    def __init__(self, host: dict, launches: _Launches, edges: list[Edge]) -> None:
+        self.host, self.launches, self.edges = host, launches, edges
+        self.starts = {key: [s for s, _ in v] for key, v in host.items()}
+
+    def add(self, rt: KEvent, lanes: list, t: int) -> None:
+        """Edges from the last op launched before ``t`` on each lane to the first top-level
+        host op of ``rt``'s thread that starts after ``rt`` returned."""
+        key = (rt.pid, rt.tid)
+        starts = self.starts.get(key)
         if not starts:
-            continue
+            return
         i = bisect_left(starts, rt.start + rt.dur)
         if i == len(starts):
-            continue
-        dst = host[key][i][1]
-        if rt.name in DEVICE_SYNC:
-            lanes = list(launches.lane)
-            t = rt.start
-        elif rt.name in STREAM_SYNC:
-            t = rt.start
-            lanes = [launches.last_lane_on_thread(key, t)]
-        else:
-            t = last_record.get(key)
-            lanes = [launches.last_lane_on_thread(key, t)] if t is not None else []
+            return
+        dst = self.host[key][i][1]
         for lane in lanes:
-            src = launches.last_on_lane(lane, t) if lane is not None else None
+            src = self.launches.last_on_lane(lane, t) if lane is not None else None
             if src is not None:
-                edges.append(Edge(src, dst, EdgeKind.SYNC))
+                self.edges.append(Edge(src, dst, EdgeKind.SYNC))
+
+
+def _exact_sync(record: KEvent, rt: KEvent, runtime_by_corr: dict, launches: _Launches,
+                waits: _HostWaits) -> None:
+    """A ``cuda_sync`` record names the streams (and the event's record call) exactly."""
+    args = record.args
+    device = args.device if args.device is not None else record.pid
+    recorded = runtime_by_corr.get(args.wait_on_record)
+    if record.name == "Stream Wait Event":
+        if recorded is None:
+            return
+        src_lane = f"stream:{device}:{args.wait_on_stream}"
+        src = launches.last_on_lane(src_lane, recorded.start)
+        nxt = launches.next_on_lane(f"stream:{device}:{args.stream}", rt.start)
+        if src is not None and nxt is not None and src != nxt:
+            waits.edges.append(Edge(src, nxt, EdgeKind.SYNC))
+    elif record.name == "Event Sync":
+        if recorded is not None:
+            waits.add(rt, [f"stream:{device}:{args.wait_on_stream}"], recorded.start)
+    elif record.name == "Stream Sync":
+        waits.add(rt, [f"stream:{device}:{args.stream}"], rt.start)
+    else:  # Context Sync: every stream of the device
+        prefix = f"stream:{device}:"
+        waits.add(rt, [lane for lane in launches.lane if lane.startswith(prefix)], rt.start)
 
 
 def _wait_event(launches: _Launches, key: tuple, record_t: int | None, t: int,

@@ -127,6 +127,7 @@ class _Linker:
         self.thread_ops: dict[tuple, list[tuple[int, int]]] = defaultdict(list)  # Kineto thread
         self.launches: list[tuple[KEvent, int, str]] = []  # (runtime call, device uid, lane)
         self.lanes: dict[tuple, str] = {}  # (device, stream, pid, tid) -> lane name
+        self.runtime_by_corr: dict[object, KEvent] = {}
 
     # ----------------------------------------------------------------------------- steps
     def build(self) -> LinkedTrace:
@@ -186,6 +187,7 @@ class _Linker:
         kt = self.kt
         runtime_by_corr = {rt.args.correlation: rt for rt in kt.runtime}
         runtime_by_corr.pop(None, None)
+        self.runtime_by_corr = runtime_by_corr
         threads, flows, window = self.threads, kt.flow_ends, self.window
         out = []
         for ev in sorted(kt.device, key=lambda e: e.start):

@@ -257,3 +257,52 @@ def test_reference_linked_et_alone(corpus: Path) -> None:
     successors = {e.src for e in trace.edges if e.kind == EdgeKind.STREAM_ORDER}
     assert len(successors) == len(device) - len({op.lane for op in device})
     _check_edges(trace)
+
+
+def _sync_trace(path: Path, with_records: bool) -> Path:
+    """A minimal Kineto trace in the layout Kineto writes with ``enable_cuda_sync_events``
+    (no corpus file has cuda_sync records): host thread 100 launches K1 on stream 7 and K0
+    on stream 20, records an event, makes stream 20 wait for it, launches K2 on stream 20."""
+    def x(cat, name, ts, dur, pid=1, tid=100, **args):
+        return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts,
+                "dur": dur, "args": args}
+
+    def kernel(name, ts, stream, corr):
+        return x("kernel", name, ts, 5, pid=0, tid=stream, device=0, stream=stream,
+                 correlation=corr)
+
+    events = [
+        x("cpu_op", "aten::mul", 0, 10), x("cuda_runtime", "cudaLaunchKernel", 1, 1,
+                                           correlation=1),
+        x("cuda_runtime", "cudaLaunchKernel", 5, 1, correlation=10),
+        x("cpu_op", "record_stream", 11, 3), x("cuda_runtime", "cudaEventRecord", 12, 1,
+                                               correlation=2),
+        x("cpu_op", "c10d::allreduce_", 15, 10),
+        x("cuda_runtime", "cudaStreamWaitEvent", 16, 1, correlation=3),
+        x("cuda_runtime", "cudaLaunchKernel", 18, 1, correlation=4),
+        x("cuda_runtime", "cudaStreamSynchronize", 40, 2, correlation=5),
+        x("cpu_op", "aten::item", 45, 3),
+        kernel("K1", 20, 7, 1), kernel("K0", 22, 20, 10), kernel("K2", 30, 20, 4),
+    ]
+    if with_records:
+        events += [x("cuda_sync", "Stream Wait Event", 16, 0, pid=0, tid=20, stream=20,
+                     correlation=3, device=0, wait_on_stream=7,
+                     wait_on_cuda_event_record_corr_id=2, wait_on_cuda_event_id=1),
+                   x("cuda_sync", "Stream Sync", 40, 2, pid=0, tid=20, stream=20,
+                     correlation=5, device=0)]
+    import orjson
+
+    path.write_bytes(orjson.dumps({"baseTimeNanoseconds": 10**18, "traceEvents": events}))
+    return path
+
+
+@pytest.mark.parametrize("with_records", [True, False])
+def test_cuda_sync_records_name_the_streams(tmp_path: Path, with_records: bool) -> None:
+    trace = link(None, _sync_trace(tmp_path / "k.json", with_records))
+    uid = {op.name: op.uid for op in trace.ops}
+    sync = {(e.src, e.dst) for e in trace.edges if e.kind == EdgeKind.SYNC}
+    # Exact: stream 20 waits for stream 7's K1. The call-order rule cannot see it (the
+    # thread's last launch before the record went to stream 20 itself).
+    assert ((uid["K1"], uid["K2"]) in sync) == with_records
+    assert (uid["K2"], uid["aten::item"]) in sync  # stream sync either way
+    _check_edges(trace)
