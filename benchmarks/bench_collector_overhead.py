@@ -100,7 +100,8 @@ def _timed(model, opt, steps: int, after_step) -> list[float]:
 
 
 def run_mode(mode: str, model, opt, steps: int, tmp: Path) -> tuple[list[float], float]:
-    """Per-step seconds of the measured steps, and the window-end (export) seconds."""
+    """Per-step seconds of the measured steps, and the window-end (export) seconds.
+    For our modes, also stores the recorded host-ET nodes per step in NODES_PER_STEP."""
     from torch.profiler import ExecutionTraceObserver, profile
 
     if mode == "none":
@@ -130,7 +131,12 @@ def run_mode(mode: str, model, opt, steps: int, tmp: Path) -> tuple[list[float],
         t.step()  # end of step steps-1: the window ends here (stop, export, manifests)
         end_s = time.perf_counter() - t0  # wall time: includes the file writes
     assert t.complete, f"{mode}: capture incomplete"
+    nodes = len(json.loads((tmp / "host_et.rank0.json").read_text())["nodes"])
+    NODES_PER_STEP[mode] = nodes / (steps - 1)
     return times[2:-1], end_s
+
+
+NODES_PER_STEP: dict[str, float] = {}
 
 
 MODES = ["none", "torch.profiler", "torch.prof+ET", "outside", "inside", "inside+bins"]
@@ -183,6 +189,12 @@ def report(per_trial: dict, end_s: dict, args) -> None:
               f"{r['window_end_s']:>14.3f}")
     for k, r in ratios.items():
         print(f"{k:<30} min {r['min_pct']:+6.1f}%   median {r['median_pct']:+6.1f}%")
+    # Profiler cost is roughly per recorded op: the bins' share of the recorded ops is a
+    # noise-free proxy for their overhead.
+    extra = _pct(NODES_PER_STEP["inside+bins"], NODES_PER_STEP["inside"])
+    print(f"host-ET nodes per step: inside {NODES_PER_STEP['inside']:.0f}, inside+bins "
+          f"{NODES_PER_STEP['inside+bins']:.0f} ({extra:+.1f}%)")
+    ratios["bins extra ET nodes"] = {"pct": extra, **NODES_PER_STEP}
     if args.json:
         args.json.write_text(json.dumps({"noise_pct": noise, "modes": rows, "ratios": ratios},
                                         indent=1))

@@ -137,7 +137,7 @@ def count_on_device(t: Any, num_experts: int, top_k: int) -> tuple[Any, int]:
         return t.reshape(-1, num_experts).sum(dim=0, dtype=torch.int64), t.numel() // num_experts
     # Indices [..., tokens, top_k] (leading batch dims allowed) or already flattened.
     tokens = t.numel() // (t.shape[-1] if t.dim() >= 2 else top_k)
-    flat = t.reshape(-1)
+    flat = t.view(-1) if t.is_contiguous() else t.reshape(-1)  # view: one recorded op, not two
     if flat.device.type == "cpu":
         try:  # the common case in one op; negative ids make bincount raise
             return torch.bincount(flat, minlength=num_experts + 1), tokens
