@@ -108,12 +108,15 @@ class KEvent(msgspec.Struct, gc=False):
 
 
 class _KinetoDoc(msgspec.Struct):
-    traceEvents: list[KEvent] | None = None
+    # Events stay raw slices until read one by one: decoding all of them at once would hold
+    # an object for every event, dropped ones included, at the same time (the memory peak).
+    traceEvents: list[msgspec.Raw] | None = None
     baseTimeNanoseconds: object = None
     distributedInfo: object = None
 
 
 _DECODER = msgspec.json.Decoder(_KinetoDoc)
+_EVENT_DECODER = msgspec.json.Decoder(KEvent)
 
 
 @dataclass(slots=True)
@@ -155,7 +158,7 @@ def read_kineto(path: Path) -> KinetoTrace:
     """Read a Kineto trace; raises TraceFormatError for anything that is not one."""
     path = Path(path)
     raw = read_bytes(path)
-    doc = decode(path, raw, _DECODER, list[KEvent])
+    doc = decode(path, raw, _DECODER, list[msgspec.Raw])
     if isinstance(doc, list):  # the Chrome trace "array" form
         doc = _KinetoDoc(doc)
     if doc.traceEvents is None:
@@ -173,11 +176,12 @@ def read_kineto(path: Path) -> KinetoTrace:
     return trace
 
 
-def _read_events(trace: KinetoTrace, events: list[KEvent]) -> None:
-    """Sort the events into the kept lists and set their integer times; the hot loop.
+def _read_events(trace: KinetoTrace, events: list[msgspec.Raw]) -> None:
+    """Decode the events one by one, keep what linking needs, set integer times; the hot loop.
 
-    Memory matters here (a 1 GB trace has millions of events): the float ``ts`` / ``dur``
-    are dropped once converted, and repeated names and thread ids share one object.
+    Memory matters here (a 1 GB trace has millions of events): dropped events are never
+    held, the float ``ts`` / ``dur`` are dropped once converted, and repeated names and
+    thread ids share one object.
     """
     host, runtime, device, syncs = trace.host, trace.runtime, trace.device, trace.syncs
     pids = trace.pids
@@ -185,39 +189,37 @@ def _read_events(trace: KinetoTrace, events: list[KEvent]) -> None:
     host_cats, runtime_cats, device_cats = HOST_CATS, RUNTIME_CATS, DEVICE_CATS
     ids: dict = {}  # pid / tid values -> one shared object
     uncorrelated = 0
-    args_decode, no_args = _ARGS_DECODER.decode, _NO_ARGS
-    for index, ev in enumerate(events):
-        if ev.ph != "X":
-            continue
-        cat = ev.cat
-        if cat in host_cats:
-            out = host
-            pids.add(ev.pid)
-        elif cat in runtime_cats:
-            out = runtime
-        elif cat in device_cats:
-            out = device
-        elif cat == "cuda_sync":
-            out = syncs
-        else:
-            continue
+    event_decode, args_decode, no_args = _EVENT_DECODER.decode, _ARGS_DECODER.decode, _NO_ARGS
+    for index, raw in enumerate(events):
         try:
+            ev = event_decode(raw)
+            if ev.ph != "X":
+                continue
+            cat = ev.cat
+            if cat in host_cats:
+                out = host
+                pids.add(ev.pid)
+            elif cat in runtime_cats:
+                out = runtime
+            elif cat in device_cats:
+                out = device
+            elif cat == "cuda_sync":
+                out = syncs
+            else:
+                continue
             ev.args = args_decode(ev.args) or no_args
-        except msgspec.MsgspecError as exc:
-            raise TraceFormatError(trace.path, f"traceEvents[{index}].args",
-                                   f"an object ({exc})") from exc
-        if out is device and ev.args.correlation is None:
-            uncorrelated += 1
-        ts, dur = ev.ts, ev.dur_us
-        try:
+            ts, dur = ev.ts, ev.dur_us
             ev.start = base + (ts * 1000 if type(ts) is int else round(ts * 1000))
             ev.dur = dur * 1000 if type(dur) is int else round(dur * 1000)
-        except TypeError as exc:
+        except (msgspec.MsgspecError, TypeError) as exc:
             raise TraceFormatError(trace.path, f"traceEvents[{index}]",
-                                   "numeric 'ts' and 'dur' microseconds") from exc
+                                   f"an event with name, pid, tid, numeric ts / dur ({exc})"
+                                   ) from exc
         if ev.tid is None or not ev.name:
             raise TraceFormatError(trace.path, f"traceEvents[{index}]",
                                    "an event with name, pid and tid")
+        if out is device and ev.args.correlation is None:
+            uncorrelated += 1
         ev.ts = ev.dur_us = None
         ev.name = intern(ev.name)
         ev.pid = ids.setdefault(ev.pid, ev.pid)
@@ -228,9 +230,10 @@ def _read_events(trace: KinetoTrace, events: list[KEvent]) -> None:
     trace.events_total = len(events)
 
 
-def _index_flow_ends(trace: KinetoTrace, events: list[KEvent]) -> None:
+def _index_flow_ends(trace: KinetoTrace, events: list[msgspec.Raw]) -> None:
     base, flow_ends = trace.base_ns, trace.flow_ends
-    for ev in events:
+    for raw in events:
+        ev = _EVENT_DECODER.decode(raw)
         ts = ev.ts
         if ev.ph == "f" and ev.cat == "ac2g" and isinstance(ts, (int, float)):
             flow_ends[(ev.pid, ev.tid, base + (ts * 1000 if type(ts) is int

@@ -49,6 +49,8 @@ class EtAttr(msgspec.Struct, gc=False):
 _NULL = msgspec.Raw(b"null")
 _TENSOR_RE = re.compile(rb'\[\s*(\d+)\s*,\s*\d+\s*,\s*\d+\s*,\s*\d+\s*,\s*\d+\s*,\s*"')
 _GPU_RE = re.compile(rb'"(?:cuda|hip)')
+_TENSOR_TEXT_RE = re.compile(_TENSOR_RE.pattern.decode())
+_GPU_TEXT_RE = re.compile(_GPU_RE.pattern.decode())
 
 
 class _IORaw(msgspec.Struct):
@@ -97,6 +99,7 @@ class EtNode(msgspec.Struct, gc=False):
     children: object = _internal("children")
     cached_in: object = _internal("cached_in")
     cached_out: object = _internal("cached_out")
+    cached_text: object = _internal("cached_text")  # ((in values, shapes, types), (out ...))
 
     @property
     def inputs(self) -> EtIO:
@@ -112,6 +115,8 @@ class EtNode(msgspec.Struct, gc=False):
 
     def io_text(self, outputs: bool = False) -> tuple[str, str, str]:
         """(values, shapes, types) as the JSON text the file has, without decoding values."""
+        if self.cached_text is not None:
+            return self.cached_text[outputs]
         raw = self.raw_outputs if outputs else self.raw_inputs
         if memoryview(raw)[:1] == b"{":  # 1.0.2+: slice the three members out of the object
             io = _IO_DECODER.decode(raw)
@@ -125,12 +130,27 @@ class EtNode(msgspec.Struct, gc=False):
     def tensor_ids(self, outputs: bool = False) -> list[int]:
         """Ids of the tensors among the inputs (or outputs), read from the raw JSON: a tensor
         is the only ET value made of five integers and a device string."""
+        if self.cached_text is not None:
+            return [int(m) for m in _TENSOR_TEXT_RE.findall(self.cached_text[outputs][0])]
         raw = self.raw_outputs if outputs else self.raw_inputs
         return [int(m) for m in _TENSOR_RE.findall(raw)]
 
     def on_gpu(self) -> bool:
         """Whether any input tensor lives on a CUDA / HIP device."""
+        if self.cached_text is not None:
+            return _GPU_TEXT_RE.search(self.cached_text[0][0]) is not None
         return _GPU_RE.search(self.raw_inputs) is not None
+
+    def keep_io(self, text: bool, decoded: bool) -> None:
+        """Copy out what will be read of the inputs / outputs before the raw file goes."""
+        if text and self.cached_text is None:
+            self.cached_text = (self.io_text(), self.io_text(outputs=True))
+        if decoded:
+            _ = self.inputs, self.outputs
+
+    def drop_raw(self) -> None:
+        self.raw_inputs = self.raw_outputs = _NULL
+        self.input_shapes = self.input_types = self.output_shapes = self.output_types = _NULL
 
     @property
     def is_root(self) -> bool:
@@ -168,6 +188,17 @@ class HostEt:
     warnings: list[str] = field(default_factory=list)
 
     roots: set[int] = field(default_factory=set)  # ids of the process and thread roots
+
+    def release_raw(self, text: list[EtNode], decoded: list[EtNode]) -> None:
+        """Free the file's bytes: ``text`` nodes keep their inputs / outputs as JSON text,
+        ``decoded`` nodes as values; every other node loses them. Until this is called,
+        every node can still read its own."""
+        for node in text:
+            node.keep_io(True, False)
+        for node in decoded:
+            node.keep_io(False, True)
+        for node in self.nodes:
+            node.drop_raw()
 
     def thread_roots(self) -> list[EtNode]:
         by_id = self.by_id

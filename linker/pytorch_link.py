@@ -126,11 +126,15 @@ class _Linker:
         self.nested_after: dict[int, list[int]] = defaultdict(list)  # top uid -> nested comm
         self.thread_ops: dict[tuple, list[tuple[int, int]]] = defaultdict(list)  # Kineto thread
         self.launches: list[tuple[KEvent, int, str]] = []  # (runtime call, device uid, lane)
+        self.tops: list[EtNode] = []  # top-level ET ops, in program order per thread
+        self.pg_inits: list[EtNode] = []
         self.lanes: dict[tuple, str] = {}  # (device, stream, pid, tid) -> lane name
         self.runtime_by_corr: dict[object, KEvent] = {}
 
     # ----------------------------------------------------------------------------- steps
     def build(self) -> LinkedTrace:
+        if self.et is not None:
+            self._select_et()
         self._read_groups()
         if self.et is not None and self.kt is not None:
             self.match = match_et(self.et, self.kt.host, self.threads)
@@ -211,9 +215,12 @@ class _Linker:
         return out
 
     # ------------------------------------------------------------------------- host ops
-    def _host_ops_from_et(self) -> None:
-        et, by_et = self.et, self.match.by_et
+    def _select_et(self) -> None:
+        """Apply the top-level rule (module docstring) to the ET, then let the ET free its
+        raw bytes, keeping the inputs / outputs of the nodes that will be read."""
+        et = self.et
         tops: list[EtNode] = []
+        pg_inits: list[EtNode] = []
         for root in et.thread_roots():
             stack = list(reversed(root.children))
             while stack:
@@ -221,13 +228,23 @@ class _Linker:
                 if node.cat is not None:
                     continue  # a device node of a reference-linked ET: see _et_device_ops
                 if node.name == PG_INIT:
-                    self._metadata_op(node.name, node.inputs.values[0] if node.inputs.values
-                                      else "", f"thread:et{node.tid}", node.id)
+                    pg_inits.append(node)
                 elif (node.scope == USER_SCOPE and node.children
                       and not node.name.startswith(OPAQUE_ANNOTATIONS)):
                     stack.extend(reversed(node.children))
                 else:
                     tops.append(node)
+        self.tops, self.pg_inits = tops, pg_inits
+        c10d = [n for n in et.nodes if n.name in C10D_OPS]
+        decoded = [n for n in et.nodes if n.name == RPC or n.name == PG_INIT
+                   or (n.cat == "kernel" and kernel_collective(n.name) is not None)]
+        et.release_raw(tops + c10d, decoded + c10d)
+
+    def _host_ops_from_et(self) -> None:
+        by_et, tops = self.match.by_et, self.tops
+        for node in self.pg_inits:
+            self._metadata_op(node.name, node.inputs.values[0] if node.inputs.values else "",
+                              f"thread:et{node.tid}", node.id)
         lane_of = self._et_thread_lanes(tops)
         top_uid: dict[int, int] = {}
         for node in tops:
