@@ -1,6 +1,6 @@
 """Benchmark: ``chakra-hooks convert`` on tiled ResNet inputs, beside the reference converter.
 
-    python benchmarks/bench_convert.py [--tiles 1 5 20 50] [--workdir DIR] [--reference]
+    python benchmarks/bench_convert.py [--tiles 1 6 22 55] [--workdir DIR] [--reference]
                                        [--link-only]
 
 For each K, tiles the real ``a100_resnet_nccl`` pair K times (benchmarks/tile_resnet.py,
@@ -107,7 +107,7 @@ def reference(workdir: Path) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tiles", type=int, nargs="+", default=[1, 5, 20, 50])
+    parser.add_argument("--tiles", type=int, nargs="+", default=[1, 6, 22, 55])
     parser.add_argument("--workdir", type=Path, default=None,
                         help="where tiles and outputs go (default: a temporary folder)")
     parser.add_argument("--reference", action="store_true")

@@ -11,7 +11,7 @@ raw input bytes). Tile k is the recorded run again, shifted:
   microseconds with 3 decimals; ``External id``, ``Record function id``, ``correlation`` and
   flow ids + k * their strides; metadata events written once.
 
-About 21.6 MB per tile: K=5 ~ 100 MB, K=50 ~ 1 GB. Each tile is serialised with one orjson
+About 18.3 MB per tile: K=6 ~ 110 MB, K=55 ~ 1 GB. Each tile is serialised with one orjson
 call, so generating 1 GB takes well under a minute and little memory beyond one tile.
 """
 
