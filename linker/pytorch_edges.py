@@ -24,6 +24,7 @@ Every search is a bisect in per-thread or per-stream launch lists: linear-ish ov
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from typing import TYPE_CHECKING
@@ -40,6 +41,7 @@ STREAM_SYNC = {p + "StreamSynchronize" for p in _PREFIXES}
 EVENT_SYNC = {p + "EventSynchronize" for p in _PREFIXES}
 EVENT_RECORD = {p + s for p in _PREFIXES for s in ("EventRecord", "EventRecordWithFlags")}
 WAIT_EVENT = {p + "StreamWaitEvent" for p in _PREFIXES}
+_BACKWARD = re.compile(r"Backward\d*$")  # autograd node names: AddmmBackward0, ...
 SYNC_NAMES = DEVICE_SYNC | STREAM_SYNC | EVENT_SYNC | EVENT_RECORD | WAIT_EVENT
 
 
@@ -185,13 +187,20 @@ def _wait_event(launches: _Launches, key: tuple, record_t: int | None, t: int,
 
 
 def add_data_edges(linker: _Linker) -> None:
-    """Producer -> consumer through ET tensor ids, between host ops on different threads."""
-    producer: dict[int, int] = {}
+    """DATA edges between host ops on different threads (same-thread order is HOST_ORDER's):
+
+    - through ET tensor ids: the last op that output a tensor -> each later op taking it in;
+    - through autograd: the op that ran a forward node -> the op that ran its backward node
+      (they share the ET ``seq_id``). Backward ops take no tensors of their own in the ET
+      (their nested kernels do), so without this the autograd thread would float free of
+      the forward pass.
+    """
     ops, edges = linker.ops, linker.edges
-    order = sorted((op for op in ops if "et_id" in op.attrs and op.inputs is not None),
-                   key=lambda op: op.attrs["et_id"])
+    tops = sorted((op for op in ops if "et_id" in op.attrs and op.inputs is not None),
+                  key=lambda op: op.attrs["et_id"])
     by_et = linker.et.by_id
-    for op in order:
+    producer: dict[int, int] = {}
+    for op in tops:
         node = by_et[op.attrs["et_id"]]
         seen = set()
         for tid in node.tensor_ids():
@@ -201,6 +210,26 @@ def add_data_edges(linker: _Linker) -> None:
                 edges.append(Edge(src, op.uid, EdgeKind.DATA))
         for tid in node.tensor_ids(outputs=True):
             producer[tid] = op.uid
+    _autograd_edges(linker, tops)
+
+
+def _autograd_edges(linker: _Linker, tops: list) -> None:
+    ops, edges, by_et = linker.ops, linker.edges, linker.et.by_id
+    forward: dict[int, int] = {}  # seq_id -> uid of the op that last ran that forward node
+    for op in tops:
+        stack = [by_et[op.attrs["et_id"]]]
+        while stack:  # the op's whole subtree, in program order
+            node = stack.pop()
+            stack.extend(reversed(node.children))
+            seq = node.seq_id
+            if type(seq) is not int or seq < 0:
+                continue
+            if _BACKWARD.search(node.name):
+                src = forward.get(seq)
+                if src is not None and ops[src].lane != op.lane:
+                    edges.append(Edge(src, op.uid, EdgeKind.DATA))
+            else:
+                forward[seq] = op.uid
 
 
 def prune_edges(linker: _Linker) -> None:

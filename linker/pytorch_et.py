@@ -80,6 +80,7 @@ class EtNode(msgspec.Struct, gc=False):
     ctrl_deps: object = None  # 1.0.2+: the parent id
     parent: object = None  # 1.0.1: the parent id (set to the parent id for both layouts)
     rf_id: object = 0
+    seq_id: object = -1  # autograd sequence number: a forward op and its backward node share it
     tid: object = 0
     scope: object = 0
     raw_inputs: msgspec.Raw = msgspec.field(default=_NULL, name="inputs")
@@ -227,16 +228,19 @@ def _finish_node(node: EtNode, index: int, path: Path) -> None:
         raise TraceFormatError(path, f"nodes[{index}] (id {node.id})",
                                f"an attrs list of {{name, type, value}} ({exc})") from exc
     if (len(attr_list) in _STANDARD_LENGTHS and attr_list[0].name == "rf_id"
-            and attr_list[3].name == "scope" and attr_list[4].name == "tid"
+            and attr_list[2].name == "seq_id" and attr_list[3].name == "scope"
+            and attr_list[4].name == "tid"
             and attr_list[-1].name in _STANDARD_LAST):
         # The layout torch writes for ordinary ops (rf_id, fw_parent, seq_id, scope, tid,
         # fw_tid, op_schema[, kernel_backend, kernel_file, tensor_range]): no dict needed.
         node.rf_id = attr_list[0].value or 0
+        node.seq_id = attr_list[2].value
         node.scope = attr_list[3].value
         node.tid = attr_list[4].value
         return
     attrs = {a.name: a.value for a in attr_list}
     node.rf_id = attrs.pop("rf_id", 0) or 0
+    node.seq_id = attrs.pop("seq_id", -1)
     node.tid = attrs.pop("tid", 0)
     node.scope = attrs.pop("scope", 0)
     if not attrs.keys() <= _STANDARD_ATTRS:

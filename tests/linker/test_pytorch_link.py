@@ -92,6 +92,13 @@ def test_resnet_edges(resnet: LinkedTrace) -> None:
         if a.lane == b.lane:
             assert a.start_ps + a.dur_ps <= b.start_ps
     assert len(resnet.edges) < 4 * len(ops)  # linear-ish
+    # Forward -> backward through autograd sequence numbers: the autograd thread's ops wait
+    # for the forward ops whose gradients they compute (543 forward/backward pairs).
+    data = [e for e in resnet.edges if e.kind == EdgeKind.DATA]
+    assert len(data) == 543
+    assert {(ops[e.src].lane, ops[e.dst].lane) for e in data} == {
+        ("thread:2910249", "thread:2919752")}
+    assert all("Backward" in ops[e.dst].name for e in data)
 
 
 def test_dlrm_ranks_agree(corpus: Path) -> None:
