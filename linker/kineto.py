@@ -62,6 +62,7 @@ class KArgs(msgspec.Struct, frozen=True, gc=False):
     out_split: object = msgspec.field(default=None, name="Out split size")
     input_dims: object = msgspec.field(default=None, name="Input Dims")
     input_type: object = msgspec.field(default=None, name="Input type")
+    sequence_number: object = msgspec.field(default=None, name="Sequence number")
     # cuda_sync records (profiler option enable_cuda_sync_events): who waited on what.
     wait_on_stream: object = None
     wait_on_record: object = msgspec.field(default=None, name="wait_on_cuda_event_record_corr_id")

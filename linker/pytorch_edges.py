@@ -232,6 +232,26 @@ def _autograd_edges(linker: _Linker, tops: list) -> None:
                 forward[seq] = op.uid
 
 
+def add_kineto_autograd_edges(linker: _Linker) -> None:
+    """Without an ET: forward -> backward DATA edges from Kineto's ``Sequence number``."""
+    ops, edges = linker.ops, linker.edges
+    forward: dict[int, int] = {}
+    for ev in sorted((e for e in linker.kt.host if e.args.sequence_number is not None),
+                     key=lambda e: e.start):
+        top = ev
+        while top is not None and top.op < 0:
+            top = top.parent
+        seq = ev.args.sequence_number
+        if top is None or type(seq) is not int or seq < 0:
+            continue
+        if _BACKWARD.search(ev.name):
+            src = forward.get(seq)
+            if src is not None and ops[src].lane != ops[top.op].lane:
+                edges.append(Edge(src, top.op, EdgeKind.DATA))
+        else:
+            forward[seq] = top.op
+
+
 def prune_edges(linker: _Linker) -> None:
     """Drop duplicates, self-edges and edges that would run backwards in time (those could
     close a cycle); count what was dropped in the stats."""

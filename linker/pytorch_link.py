@@ -150,6 +150,8 @@ class _Linker:
         pytorch_edges.add_sync_edges(self)
         if self.et is not None:
             pytorch_edges.add_data_edges(self)
+        elif self.kt is not None:
+            pytorch_edges.add_kineto_autograd_edges(self)
         self._finish()
         return self.trace
 

@@ -313,3 +313,15 @@ def test_cuda_sync_records_name_the_streams(tmp_path: Path, with_records: bool) 
     assert ((uid["K1"], uid["K2"]) in sync) == with_records
     assert (uid["K2"], uid["aten::item"]) in sync  # stream sync either way
     _check_edges(trace)
+
+
+def test_kineto_only_forward_backward_edges(corpus: Path, resnet: LinkedTrace) -> None:
+    """Without the ET, Kineto's Sequence numbers give the same forward -> backward edges."""
+    trace = link(None, corpus / "pytorch/a100_resnet_nccl/kineto.json.gz")
+    ops = trace.ops
+    data = {(ops[e.src].name, ops[e.dst].name) for e in trace.edges if e.kind == EdgeKind.DATA}
+    with_et = {(resnet.ops[e.src].name, resnet.ops[e.dst].name) for e in resnet.edges
+               if e.kind == EdgeKind.DATA}
+    assert len([e for e in trace.edges if e.kind == EdgeKind.DATA]) == 543
+    assert data == with_et
+    _check_edges(trace)
