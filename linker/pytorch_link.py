@@ -28,9 +28,14 @@ device work launched inside the ET's window is kept.
 Edges (each from an earlier to a later start, so the graph stays acyclic): HOST_ORDER
 between consecutive top-level ops of a thread, LAUNCH host op -> device op (by
 ``correlation``, or the ``ac2g`` flow, then the launching runtime call's enclosing range),
-STREAM_ORDER between consecutive ops of a stream, SYNC (see :mod:`pytorch_edges`) and DATA
-between host ops on different threads through ET tensor ids (same-thread data order is
-already implied by HOST_ORDER).
+STREAM_ORDER between consecutive ops of a stream, SYNC (see :mod:`pytorch_edges`), and DATA
+between host ops on different threads (same-thread order is already HOST_ORDER): through
+ET tensor ids, and forward op -> backward op through autograd sequence numbers (ET
+``seq_id`` or Kineto ``Sequence number``), which is what ties the autograd thread to the
+forward pass.
+
+Memory: the ET's raw bytes are released as soon as the top-level ops are known (their
+inputs / outputs are kept as JSON text), and Kineto events are decoded one at a time.
 """
 
 from __future__ import annotations
