@@ -162,6 +162,19 @@ def main() -> None:
             per_trial[mode].append(statistics.median(times))
             end_s[mode].append(e)
     report(per_trial, end_s, args)
+    step_call_overhead(statistics.median(per_trial["none"]))
+
+
+def step_call_overhead(step_s: float, calls: int = 200_000) -> None:
+    """Outside the window the collector's only work is ``t.step()``: time that call alone."""
+    with tempfile.TemporaryDirectory() as d:
+        with ct.trace(d, steps=range(10**9, 10**9 + 1)) as t:
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                t.step()
+            per_call = (time.perf_counter() - t0) / calls
+    print(f"outside the window: t.step() costs {per_call * 1e9:.0f} ns per step "
+          f"({per_call / step_s * 100:.4f}% of a {step_s * 1e3:.1f} ms step)")
 
 
 def _pct(a: float, b: float) -> float:
