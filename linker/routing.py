@@ -114,7 +114,10 @@ def _attrs(rec: dict) -> dict:
     return attrs
 
 
-def _regions(trace: LinkedTrace, records: list[dict]) -> list[tuple[Op | None, int | None, int | None]]:
+Region = tuple[Op | None, int | None, int | None]  # annotation op, start ps, end ps
+
+
+def _regions(trace: LinkedTrace, records: list[dict]) -> list[Region]:
     """Per record: (annotation op or None, region start ps, region end ps) on the trace clock."""
     anns = _annotation_ops(trace, {r["annotation"] for r in records})
     # The sidecar's clock is unix ns, which is what Kineto-based traces are on (in ps).

@@ -149,7 +149,9 @@ class Trace:
         self.first, self.end = _window(steps)
         self.ranks = None if ranks is None else sorted({int(r) for r in ranks})
         self.convert = convert
-        self.models = None if model is None else (list(model) if isinstance(model, (list, tuple)) else [model])
+        if model is not None and not isinstance(model, (list, tuple)):
+            model = [model]
+        self.models = None if model is None else list(model)
         self.routing = routing
         self.ep_size = ep_size
         self.warmup = warmup
@@ -320,15 +322,15 @@ class Trace:
         files: dict[str, str | None] = {"host_et": None, "kineto": None, "routing": None}
         if s.step_rf is not None:
             self._guard(s, "closing the step annotation", self._close_step_rf, s)
-        routing_records = None
+        routing_records: list[dict] = []
         if s.routing is not None:
             self._guard(s, "removing router hooks", s.routing.deactivate)
         if s.prof is not None and s.started:
             self._guard(s, "stopping the profiler", s.prof.stop_trace)
             self._guard(s, "writing the Kineto trace", self._write_kineto, s, files)
         if s.routing is not None:
-            routing_records = []
-            self._guard(s, "copying routing bins", lambda: routing_records.extend(s.routing.records()))
+            self._guard(s, "copying routing bins",
+                        lambda: routing_records.extend(s.routing.records()))
             if s.routing.errors:
                 s.errors.append(f"routing bins: {len(s.routing.errors)} router call(s) not "
                                 f"counted ({s.routing.errors[0]})")
@@ -336,8 +338,8 @@ class Trace:
         if routing_records:
             self._guard(s, "writing routing bins", self._write_routing, s, routing_records, files)
         self._release(s)
-        self.complete = not s.errors
         self._guard(s, "writing the manifest", self._write_manifests, s, files)
+        self.complete = not s.errors
 
     def _write_kineto(self, s: _Session, files: dict) -> None:
         name = self._kineto_name(s.rank)

@@ -1,4 +1,5 @@
-"""MoE routing bins from real (tiny, random-weight) Hugging Face MoE models and registered routers."""
+"""MoE routing bins from real (tiny, random-weight) Hugging Face MoE models and registered
+routers."""
 
 from __future__ import annotations
 
@@ -111,7 +112,8 @@ def test_bins_equal_a_recount_from_the_routers_output(tmp_path, build, pass_mode
         assert rec["num_experts"] == experts and rec["top_k"] == top_k
         assert rec["tokens"] == 16 and sum(rec["bins"]) == rec["tokens"] * top_k
         assert rec["dropped"] == 0 and rec["ep_bins"] is None
-        assert rec["end_ns"] > rec["start_ns"] and rec["annotation"] == f"moe_router:layer{rec['layer']}"
+        assert rec["end_ns"] > rec["start_ns"]
+        assert rec["annotation"] == f"moe_router:layer{rec['layer']}"
         name = routers[rec["layer"]]
         if pass_model:
             assert rec["module"] == name
