@@ -525,9 +525,9 @@ class _Linker:
             stats["kineto_device_events"] = len(kt.device)
             stats["input_bytes"] = stats.get("input_bytes", 0) + kt.raw_bytes
             trace.metadata.update(kineto_file=kt.path.name, kineto_events=kt.events_total)
-            if kt.pids:
-                trace.metadata["kineto_pid"] = sorted(p for p in kt.pids if type(p) is int)[:1][0] \
-                    if any(type(p) is int for p in kt.pids) else str(next(iter(kt.pids)))
+            pids = sorted(p for p in kt.pids if type(p) is int)
+            if pids:
+                trace.metadata["kineto_pid"] = pids[0]
         if et is not None:
             stats["input_bytes"] = stats.get("input_bytes", 0) + et.raw_bytes
             trace.metadata.update(schema=et.schema, host_et_file=et.path.name)

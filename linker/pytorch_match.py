@@ -23,7 +23,8 @@ from chakra_hooks.linker.pytorch_et import EtNode, HostEt
 
 LOOKAHEAD = 16
 ANCHOR_PROBE = 8  # leading names that must agree for a start to be tried
-MAX_STARTS = 256  # starts tried per thread (each costs one linear alignment)
+MAX_STARTS = 256  # starts tried per thread
+SCORE_PREFIX = 4096  # ET nodes aligned to score one start
 
 
 @dataclass(slots=True)
@@ -112,14 +113,15 @@ def _by_sequence(nodes: list[EtNode], threads: dict[tuple, KThread]) -> dict[int
         per_tid[n.tid].append(n)
     out: dict[int, KEvent] = {}
     used: set[tuple] = set()
+    have = {key: Counter(e.name for e in th.events) for key, th in threads.items()}
     # Largest ET threads pick their Kineto thread first.
     for tid, seq in sorted(per_tid.items(), key=lambda kv: -len(kv[1])):
         want = Counter(n.name for n in seq)
         best_key, best_score = None, 0
-        for key, th in threads.items():
+        for key in threads:
             if key in used:
                 continue
-            score = sum((want & Counter(e.name for e in th.events)).values())
+            score = sum((want & have[key]).values())
             if score > best_score:
                 best_key, best_score = key, score
         if best_key is None:
@@ -143,16 +145,19 @@ def _best_alignment(seq: list[EtNode], events: list[KEvent]) -> dict[int, KEvent
                   and [x.name for x in events[j:j + width]] == probe][:MAX_STARTS]
     if not candidates:
         candidates = [j for j, e in enumerate(events) if e.name == probe[0]][:MAX_STARTS] or [0]
-    best: dict[int, KEvent] = {}
-    best_key = (-1, 0)
+    # Each start is scored on a bounded prefix, so the work stays linear in the trace size.
+    prefix = seq[:SCORE_PREFIX]
+    best_j, best_key = candidates[0], (-1, 0)
     for j in candidates:
-        out: dict[int, KEvent] = {}
-        _align(seq, events, j, out)
+        scored: dict[int, KEvent] = {}
+        _align(prefix, events, j, scored)
         ext = events[j].args.external_id
-        key = (len(out), -abs(ext - seq[0].rf_id) if isinstance(ext, int) else 0)
+        key = (len(scored), -abs(ext - seq[0].rf_id) if isinstance(ext, int) else 0)
         if key > best_key:
-            best, best_key = out, key
-    return best
+            best_j, best_key = j, key
+    out: dict[int, KEvent] = {}
+    _align(seq, events, best_j, out)
+    return out
 
 
 def _align(seq: list[EtNode], events: list[KEvent], j: int, out: dict[int, KEvent]) -> None:
