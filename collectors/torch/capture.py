@@ -264,6 +264,8 @@ class Trace:
 
         _check_no_other_profiler()
         self.outdir.mkdir(parents=True, exist_ok=True)
+        # A rank file left by an earlier run into this directory must not be merged as ours.
+        (self.outdir / mf.rank_manifest_name(s.rank)).unlink(missing_ok=True)
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
@@ -429,6 +431,7 @@ def trace(
 
     Writes, for every chosen rank (all by default), the host ET, the Kineto trace of the same
     window, the MoE routing bins (when routers ran) and the manifests into ``outdir``.
+    Use a fresh ``outdir`` per run: files of an earlier run with more ranks would stay beside.
     ``convert``: when the run ends, the rank that completes the run manifest converts the
     capture into Chakra ETs (``True``: into ``<outdir>/chakra``; or a directory path).
     Options: ``model`` (module(s) to search for routers; without it every module call in the

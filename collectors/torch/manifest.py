@@ -114,7 +114,8 @@ def merge(entries: dict[int, dict], expected: list[int]) -> dict:
 
 def update_run_manifest(outdir: Path, expected: list[int]) -> bool:
     """Merge the rank manifests into ``manifest.json``; True if this call wrote the full one."""
-    entries = read_rank_manifests(outdir)
+    # Rank files of other runs in the same directory (e.g. a larger world) are not ours.
+    entries = {r: e for r, e in read_rank_manifests(outdir).items() if r in expected}
     if not entries:
         return False
     full = all(r in entries for r in expected)
