@@ -15,8 +15,12 @@ Routers are found automatically:
 Inside the capture window every router call is wrapped in a ``record_function`` annotation
 named ``moe_router:layer<N>`` (so it shows up with its timing in both the host ET and the
 Kineto trace), and its per-expert counts are computed ON THE DEVICE without a host sync
-(``where`` + ``bincount``/``scatter_add``); all counts are copied to the host once, at the end
-of the window. Outside the window no hook is installed at all.
+(``bincount`` on CPU; ``where`` + ``scatter_add`` on accelerators, where ``bincount`` would read
+``max()`` back); all counts are copied to the host once, at the end of the window. Outside the
+window no hook is installed at all. Layer index: from the module name (``layers.<N>.``), else
+the spec's ``layer``, else (auto-detection without ``model=``) the call order in the step.
+A failure inside a hook is logged and marks the capture incomplete; it never reaches the
+user's forward.
 
 Sidecar ``routing.rank<r>.json``: ``{"format", "rank", "clock", "records": [...]}``, each record
 ``step, layer, module, num_experts, top_k, tokens, bins, dropped, ep_size, ep_bins, start_ns,
