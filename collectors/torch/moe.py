@@ -17,8 +17,9 @@ named ``moe_router:layer<N>`` (so it shows up with its timing in both the host E
 Kineto trace), and its per-expert counts are computed ON THE DEVICE without a host sync
 (``bincount`` on CPU; ``where`` + ``scatter_add`` on accelerators, where ``bincount`` would read
 ``max()`` back); all counts are copied to the host once, at the end of the window. Outside the
-window no hook is installed at all. Layer index: from the module name (``layers.<N>.``), else
-the spec's ``layer``, else (auto-detection without ``model=``) the call order in the step.
+window no hook is installed at all. Layer index: ``register_router(layer=...)`` or Megatron's
+``layer_number - 1``, else the first number in the module name (``model.layers.<N>.mlp.gate``),
+else (auto-detection without ``model=``, names unknown) the router's call order in the step.
 A failure inside a hook is logged and marks the capture incomplete; it never reaches the
 user's forward.
 
