@@ -200,6 +200,7 @@ class _Linker:
         runtime_by_corr.pop(None, None)
         self.runtime_by_corr = runtime_by_corr
         threads, flows, window = self.threads, kt.flow_ends, self.window
+        by_ext: dict | None = None  # host ranges by External id, built on first need
         out = []
         for ev in sorted(kt.device, key=lambda e: e.start):
             corr = ev.args.correlation
@@ -213,6 +214,13 @@ class _Linker:
             if runtime is not None:
                 th = threads.get((runtime.pid, runtime.tid))
                 inner = th.innermost(runtime.start) if th is not None else None
+                if inner is None and runtime.args.external_id is not None:
+                    # Outside every range of its thread (clock rounding at a range's edge):
+                    # newer Kineto names the launching op by External id.
+                    if by_ext is None:
+                        by_ext = {e.args.external_id: e for e in kt.host
+                                  if e.args.external_id is not None}
+                    inner = by_ext.get(runtime.args.external_id)
                 anc = inner
                 while anc is not None:
                     if anc.name in C10D_OPS:
