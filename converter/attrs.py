@@ -47,19 +47,27 @@ def attr_dict(node: Node) -> dict[str, AttributeProto]:
     return {attr.name: attr for attr in node.attr}
 
 
-def make_attr(name: str, value: object) -> AttributeProto:
-    """An attribute in the oneof consumers read for ``name``, else one chosen by Python type.
+def oneof_for(name: str, value: object) -> str:
+    """The oneof an attribute is written in: the one consumers read for ``name``, else by type.
 
     bool -> bool_val, int -> int64_val, float -> double_val, str -> string_val, and lists of
     those to the matching *_list. Lists are typed by their first element (empty: int64_list).
     """
-    field = CONSUMER_ONEOF.get(name) or _oneof_for(value)
+    return CONSUMER_ONEOF.get(name) or _oneof_for(value)
+
+
+def make_attr(name: str, value: object) -> AttributeProto:
+    """A standalone attribute (see ``oneof_for``)."""
     attr = AttributeProto(name=name)
+    _set_value(attr, oneof_for(name, value), value)
+    return attr
+
+
+def _set_value(attr: AttributeProto, field: str, value: object) -> None:
     if field.endswith("_list"):
         getattr(attr, field).values.extend(value)  # type: ignore[arg-type]
     else:
         setattr(attr, field, value)
-    return attr
 
 
 def _oneof_for(value: object) -> str:
@@ -78,5 +86,24 @@ def _oneof_for(value: object) -> str:
 
 
 def add_attrs(node: Node, items: Iterable[tuple[str, object]]) -> None:
-    """Append attributes, skipping None values."""
-    node.attr.extend(make_attr(name, value) for name, value in items if value is not None)
+    """Append attributes in place (no intermediate messages to copy), skipping None values.
+
+    This runs for every attribute of every node, so the oneof is looked up once per
+    (name, Python type) and the attribute is created inside the node's own list.
+    """
+    add = node.attr.add
+    cache = _FIELD_CACHE
+    for name, value in items:
+        if value is None:
+            continue
+        key = (name, type(value))
+        field = cache.get(key)
+        if field is None or field.endswith("_list"):
+            field = oneof_for(name, value)
+            cache[key] = field
+            _set_value(add(name=name), field, value)
+        else:
+            setattr(add(name=name), field, value)
+
+
+_FIELD_CACHE: dict[tuple[str, type], str] = {}

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from chakra_hooks import __version__
 from chakra_hooks.linker.model import PS_PER_US, CommType, EdgeKind, LinkedTrace, Op, OpKind
 
-from .attrs import make_attr
-from .schema import AttributeProto, GlobalMetadata, IOInfo, Node, NodeType
+from .attrs import add_attrs, make_attr
+from .schema import GlobalMetadata, Node, NodeType
 
 CHAKRA_SCHEMA_VERSION = "0.0.4"
 TARGETS = ("full", "astra-sim")
@@ -197,6 +197,7 @@ def _drop_edges_against_time(incoming: dict[int, dict[int, EdgeKind]], kept: dic
 
 
 def _make_node(op: Op, deps: tuple[list, list] | None, exact_unit: str) -> Node:
+    # Fields are set in place (no temporary messages to copy): this runs once per node.
     node = Node(id=op.uid, name=op.name, type=_NODE_TYPE[op.kind])
     if deps:
         node.data_deps.extend(deps[0])
@@ -205,46 +206,45 @@ def _make_node(op: Op, deps: tuple[list, list] | None, exact_unit: str) -> Node:
         node.start_time_micros = round_us(op.start_ps)
     if op.dur_ps is not None:
         node.duration_micros = round_us(op.dur_ps)
-    if op.inputs is not None:
-        node.inputs.CopyFrom(IOInfo(values=op.inputs.values, shapes=op.inputs.shapes, types=op.inputs.types))
-    if op.outputs is not None:
-        node.outputs.CopyFrom(IOInfo(values=op.outputs.values, shapes=op.outputs.shapes, types=op.outputs.types))
-    node.attr.extend(_node_attrs(op, exact_unit))
+    for io, target in ((op.inputs, node.inputs), (op.outputs, node.outputs)):
+        if io is not None:
+            target.values, target.shapes, target.types = io.values, io.shapes, io.types
+    add_attrs(node, _node_attrs(op, exact_unit))
     return node
 
 
-def _node_attrs(op: Op, exact_unit: str) -> Iterable[AttributeProto]:
+def _node_attrs(op: Op, exact_unit: str) -> Iterable[tuple[str, object]]:
     # COMM nodes are never host ops for consumers (ASTRA-sim rejects them); gloo's host-side
     # collectives keep that fact in ``host_side``.
     is_comm = op.kind in _COMM_KINDS
-    yield make_attr("is_cpu_op", not op.on_device and not is_comm)
+    yield "is_cpu_op", not op.on_device and not is_comm
     if is_comm and not op.on_device:
-        yield make_attr("host_side", True)
+        yield "host_side", True
     divisor = 1000 if exact_unit == "ns" else 1
     if op.start_ps is not None:
-        yield make_attr(f"start_{exact_unit}", op.start_ps // divisor)
+        yield f"start_{exact_unit}", op.start_ps // divisor
     if op.dur_ps is not None:
-        yield make_attr(f"duration_{exact_unit}", op.dur_ps // divisor)
+        yield f"duration_{exact_unit}", op.dur_ps // divisor
     else:
         # Say so rather than pass off 0 as a measurement (an ET op that Kineto did not record).
-        yield make_attr("duration_unknown", True)
+        yield "duration_unknown", True
     if op.bytes is not None:
-        yield make_attr("tensor_size", op.bytes)
+        yield "tensor_size", op.bytes
     if op.flops is not None:
-        yield make_attr("num_ops", op.flops)
+        yield "num_ops", op.flops
     comm = op.comm
     if comm is not None and is_comm:
         if op.kind == OpKind.COLLECTIVE and comm.comm_type is not None:
-            yield make_attr("comm_type", int(comm.comm_type))
-        yield make_attr("comm_size", comm.size_bytes)
-        yield make_attr("pg_name", "" if comm.group is None else str(comm.group))
+            yield "comm_type", int(comm.comm_type)
+        yield "comm_size", comm.size_bytes
+        yield "pg_name", "" if comm.group is None else str(comm.group)
         for name, value in (("comm_src", comm.src), ("comm_dst", comm.dst), ("comm_tag", comm.tag)):
             if value is not None:
-                yield make_attr(name, value)
-    yield make_attr("lane", op.lane)
+                yield name, value
+    yield "lane", op.lane
     for name, value in op.attrs.items():
         if value is not None:
-            yield make_attr(name, value)
+            yield name, value
 
 
 def _make_metadata(trace: LinkedTrace, target: str, exact_unit: str) -> GlobalMetadata:
