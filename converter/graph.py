@@ -60,15 +60,27 @@ def round_us(ps: int) -> int:
     return (ps + PS_PER_US // 2) // PS_PER_US
 
 
-def build_graph(trace: LinkedTrace, target: str = "full", keep_mem: bool = False) -> ChakraGraph:
-    """Turn one linked trace into one Chakra graph."""
+def build_graph(trace: LinkedTrace, target: str = "full", keep_mem: bool = False,
+                consume: bool = False) -> ChakraGraph:
+    """Turn one linked trace into one Chakra graph.
+
+    ``consume=True`` releases each op as soon as its node exists (the trace is emptied), so
+    that the ops and the nodes, of similar size, are never both whole in memory.
+    """
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; expected one of {', '.join(TARGETS)}")
     ops = _retarget(trace.ops, target, keep_mem)
     deps, stats = _resolve_edges(trace, {op.uid: op for op in ops}, target)
     exact_unit = "ns" if all(_whole_ns(op) for op in ops) else "ps"
-    nodes = [_make_node(op, deps.get(op.uid), exact_unit) for op in ops]
-    stats.update(nodes=len(nodes), ops=len(trace.ops))
+    stats.update(ops=len(trace.ops))
+    if consume:
+        trace.ops, trace.edges = [], []
+    nodes = []
+    for index, op in enumerate(ops):
+        nodes.append(_make_node(op, deps.pop(op.uid, None), exact_unit))
+        if consume:
+            ops[index] = None  # type: ignore[call-overload]
+    stats.update(nodes=len(nodes))
     metadata = _make_metadata(trace, target, exact_unit)
     return ChakraGraph(trace.rank, metadata, nodes, dict(trace.groups), stats, list(trace.warnings))
 
@@ -197,54 +209,57 @@ def _drop_edges_against_time(incoming: dict[int, dict[int, EdgeKind]], kept: dic
 
 
 def _make_node(op: Op, deps: tuple[list, list] | None, exact_unit: str) -> Node:
-    # Fields are set in place (no temporary messages to copy): this runs once per node.
+    """One Chakra node. Runs once per node, so fields and the well-known attributes are set
+    in place with their oneof spelled out (no temporary messages, no type dispatch)."""
     node = Node(id=op.uid, name=op.name, type=_NODE_TYPE[op.kind])
     if deps:
         node.data_deps.extend(deps[0])
         node.ctrl_deps.extend(deps[1])
-    if op.start_ps is not None:
-        node.start_time_micros = round_us(op.start_ps)
-    if op.dur_ps is not None:
-        node.duration_micros = round_us(op.dur_ps)
     for io, target in ((op.inputs, node.inputs), (op.outputs, node.outputs)):
         if io is not None:
             target.values, target.shapes, target.types = io.values, io.shapes, io.types
-    add_attrs(node, _node_attrs(op, exact_unit))
-    return node
-
-
-def _node_attrs(op: Op, exact_unit: str) -> Iterable[tuple[str, object]]:
+    add = node.attr.add
     # COMM nodes are never host ops for consumers (ASTRA-sim rejects them); gloo's host-side
     # collectives keep that fact in ``host_side``.
     is_comm = op.kind in _COMM_KINDS
-    yield "is_cpu_op", not op.on_device and not is_comm
+    add(name="is_cpu_op", bool_val=not op.on_device and not is_comm)
     if is_comm and not op.on_device:
-        yield "host_side", True
+        add(name="host_side", bool_val=True)
     divisor = 1000 if exact_unit == "ns" else 1
     if op.start_ps is not None:
-        yield f"start_{exact_unit}", op.start_ps // divisor
+        node.start_time_micros = round_us(op.start_ps)
+        add(name=_START_ATTR[exact_unit], int64_val=op.start_ps // divisor)
     if op.dur_ps is not None:
-        yield f"duration_{exact_unit}", op.dur_ps // divisor
+        node.duration_micros = round_us(op.dur_ps)
+        add(name=_DURATION_ATTR[exact_unit], int64_val=op.dur_ps // divisor)
     else:
         # Say so rather than pass off 0 as a measurement (an ET op that Kineto did not record).
-        yield "duration_unknown", True
+        add(name="duration_unknown", bool_val=True)
     if op.bytes is not None:
-        yield "tensor_size", op.bytes
+        add(name="tensor_size", uint64_val=op.bytes)
     if op.flops is not None:
-        yield "num_ops", op.flops
+        add(name="num_ops", int64_val=op.flops)
+    if op.comm is not None and is_comm:
+        add_attrs(node, _comm_attrs(op))
+    add(name="lane", string_val=op.lane)
+    if op.attrs:
+        add_attrs(node, op.attrs.items())
+    return node
+
+
+_START_ATTR = {"ns": "start_ns", "ps": "start_ps"}
+_DURATION_ATTR = {"ns": "duration_ns", "ps": "duration_ps"}
+
+
+def _comm_attrs(op: Op) -> Iterable[tuple[str, object]]:
     comm = op.comm
-    if comm is not None and is_comm:
-        if op.kind == OpKind.COLLECTIVE and comm.comm_type is not None:
-            yield "comm_type", int(comm.comm_type)
-        yield "comm_size", comm.size_bytes
-        yield "pg_name", "" if comm.group is None else str(comm.group)
-        for name, value in (("comm_src", comm.src), ("comm_dst", comm.dst), ("comm_tag", comm.tag)):
-            if value is not None:
-                yield name, value
-    yield "lane", op.lane
-    for name, value in op.attrs.items():
-        if value is not None:
-            yield name, value
+    if op.kind == OpKind.COLLECTIVE and comm.comm_type is not None:
+        yield "comm_type", int(comm.comm_type)
+    yield "comm_size", comm.size_bytes
+    yield "pg_name", "" if comm.group is None else str(comm.group)
+    yield "comm_src", comm.src
+    yield "comm_dst", comm.dst
+    yield "comm_tag", comm.tag
 
 
 def _make_metadata(trace: LinkedTrace, target: str, exact_unit: str) -> GlobalMetadata:
