@@ -25,6 +25,7 @@ from google.protobuf.message import DecodeError
 
 from chakra_hooks.errors import TraceFormatError
 
+from .attrs import value_of
 from .schema import GlobalMetadata, Node, NodeStream
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -250,14 +251,6 @@ def write_et(path: str | os.PathLike, metadata: GlobalMetadata, nodes: Iterable[
     return atomic_write(path, encode_et(metadata, nodes), compress)
 
 
-def _attr_value(attr: object) -> object:
-    which = attr.WhichOneof("value")
-    if which is None:
-        return None
-    value = getattr(attr, which)
-    return list(value.values) if which.endswith("_list") else value
-
-
 # Keys of ASTRA-sim's JSON workload format, by the attribute names they come from.
 _WORKLOAD_ATTRS = ("tensor_size", "comm_type", "comm_priority", "comm_size", "comm_src", "comm_dst", "comm_tag")
 
@@ -278,7 +271,7 @@ def workload_entry(node: Node) -> dict[str, object]:
     }
     for key in _WORKLOAD_ATTRS:
         if key in attrs:
-            entry[key] = _attr_value(attrs[key])
+            entry[key] = value_of(attrs[key])
     return entry
 
 

@@ -23,6 +23,7 @@ from chakra_hooks import __version__
 from chakra_hooks.linker.model import PS_PER_US, CommType, EdgeKind, LinkedTrace, Op, OpKind
 
 from .attrs import add_attrs, make_attr
+from .dag import unfinished_nodes
 from .schema import GlobalMetadata, Node, NodeType
 
 CHAKRA_SCHEMA_VERSION = "0.0.4"
@@ -175,25 +176,8 @@ def _bypass_dropped(incoming: dict[int, dict[int, EdgeKind]], kept: dict[int, Op
 
 
 def _has_cycle(incoming: dict[int, dict[int, EdgeKind]], kept: dict[int, Op]) -> bool:
-    waiting = {uid: 0 for uid in kept}
-    dependants: dict[int, list[int]] = {}
-    for dst, sources in incoming.items():
-        if dst not in kept:
-            continue
-        for src in sources:
-            if src in kept:
-                waiting[dst] += 1
-                dependants.setdefault(src, []).append(dst)
-    ready = [uid for uid, n in waiting.items() if n == 0]
-    done = 0
-    while ready:
-        uid = ready.pop()
-        done += 1
-        for child in dependants.get(uid, ()):
-            waiting[child] -= 1
-            if not waiting[child]:
-                ready.append(child)
-    return done < len(waiting)
+    return bool(unfinished_nodes(
+        (uid, [src for src in incoming.get(uid, ()) if src in kept]) for uid in kept))
 
 
 def _drop_edges_against_time(incoming: dict[int, dict[int, EdgeKind]], kept: dict[int, Op]) -> int:

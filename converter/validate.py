@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from .attrs import CONSUMER_ONEOF, INTEGER_ONEOFS, attr_dict, oneof_of, value_of
+from .dag import unfinished_nodes
 from .schema import CollectiveCommType, GlobalMetadata, Node, NodeType
 
 COMP = NodeType.Value("COMP_NODE")
@@ -153,24 +154,9 @@ def _check_comm(node: Node, attrs: dict, target: str, add) -> None:
 
 
 def _check_acyclic(nodes: Sequence[Node], ids: set[int], add) -> None:
-    """Kahn's algorithm over the dependencies that resolve (missing ones are reported apart)."""
-    dependants: dict[int, list[int]] = {}
-    waiting: dict[int, int] = {}
-    for node in nodes:
-        deps = {d for d in (*node.data_deps, *node.ctrl_deps) if d in ids and d != node.id}
-        waiting[node.id] = len(deps)
-        for dep in deps:
-            dependants.setdefault(dep, []).append(node.id)
-    ready = [nid for nid, count in waiting.items() if count == 0]
-    done = 0
-    while ready:
-        nid = ready.pop()
-        done += 1
-        for child in dependants.get(nid, ()):
-            waiting[child] -= 1
-            if waiting[child] == 0:
-                ready.append(child)
-    if done < len(waiting):
-        stuck = sorted(nid for nid, count in waiting.items() if count > 0)
+    """Over the dependencies that resolve (missing ones and self-dependencies are reported apart)."""
+    stuck = unfinished_nodes(
+        (node.id, {d for d in (*node.data_deps, *node.ctrl_deps) if d in ids and d != node.id}) for node in nodes)
+    if stuck:
         add(Problem("cycle", stuck[0], f"{len(stuck)} nodes are on or behind a dependency cycle "
                                        f"(never run), e.g. {stuck[:5]}"))

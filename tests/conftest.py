@@ -19,3 +19,28 @@ def corpus() -> Path:
             pytest.fail(f"corpus folder {CORPUS} is missing in CI")
         pytest.skip(f"corpus folder {CORPUS} is absent")
     return CORPUS
+
+
+def _read_with_reference(path: Path) -> tuple[object, list]:
+    from chakra.schema.protobuf.et_def_pb2 import GlobalMetadata, Node
+    from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
+
+    handle = openFileRd(str(path))
+    metadata = GlobalMetadata()
+    assert decodeMessage(handle, metadata), f"{path}: the reference reader found no metadata"
+    nodes = []
+    while True:
+        node = Node()
+        if not decodeMessage(handle, node):
+            break
+        nodes.append(node)
+    handle.close()
+    return metadata, nodes
+
+
+@pytest.fixture(scope="session")
+def reference_reader():
+    """mlc-chakra's own reader (node by node): ``read(path) -> (metadata, nodes)``.
+
+    The second opinion on every ET we write."""
+    return _read_with_reference

@@ -17,25 +17,6 @@ def corpus_ets(corpus: Path) -> list[Path]:
     return [ref / "chakra.0.et", *sorted((ref / "astra_sim_microbench").glob("*.et"))]
 
 
-def reference_read(path: Path) -> tuple[object, list]:
-    """Decode with mlc-chakra's own reader (a second opinion, node by node)."""
-    from chakra.schema.protobuf.et_def_pb2 import GlobalMetadata as RefMetadata
-    from chakra.schema.protobuf.et_def_pb2 import Node as RefNode
-    from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
-
-    handle = openFileRd(str(path))
-    metadata = RefMetadata()
-    assert decodeMessage(handle, metadata)
-    nodes = []
-    while True:
-        node = RefNode()
-        if not decodeMessage(handle, node):
-            break
-        nodes.append(node)
-    handle.close()
-    return metadata, nodes
-
-
 def test_corpus_ets_round_trip_byte_for_byte(corpus: Path, tmp_path: Path) -> None:
     for path in corpus_ets(corpus):
         et = etio.read_et(path)
@@ -58,11 +39,11 @@ def test_gzip_input_detected_by_magic_and_gz_output(corpus: Path, tmp_path: Path
     assert len(etio.read_et(renamed).nodes) == 18050
 
 
-def test_reference_reader_sees_the_same_nodes(corpus: Path, tmp_path: Path) -> None:
+def test_reference_reader_sees_the_same_nodes(corpus: Path, tmp_path: Path, reference_reader) -> None:
     et = etio.read_et(corpus / "chakra_reference" / "chakra.0.et")
     out = tmp_path / "ours.0.et"
     etio.write_et(out, et.metadata, et.nodes)
-    ref_metadata, ref_nodes = reference_read(out)
+    ref_metadata, ref_nodes = reference_reader(out)
     assert len(ref_nodes) == len(et.nodes) == 3664
     assert ref_metadata.SerializeToString() == et.metadata.SerializeToString()
     for ours, theirs in zip(et.nodes, ref_nodes):

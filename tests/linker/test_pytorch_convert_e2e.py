@@ -32,25 +32,10 @@ def _path(corpus: Path, rel: str | None) -> Path | None:
     return None if rel is None else Path(glob.glob(str(corpus / rel))[0])
 
 
-def _read_with_reference(path: Path) -> list:
-    from chakra.schema.protobuf.et_def_pb2 import GlobalMetadata, Node
-    from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
-
-    handle = openFileRd(str(path))
-    decodeMessage(handle, GlobalMetadata())
-    nodes = []
-    while True:
-        node = Node()
-        if not decodeMessage(handle, node):
-            break
-        nodes.append(node)
-    return nodes
-
-
 @pytest.mark.parametrize("name", sorted(PAIRS))
 @pytest.mark.parametrize("target", ["full", "astra-sim"])
 def test_corpus_converts_and_validates(corpus: Path, tmp_path: Path, name: str,
-                                       target: str) -> None:
+                                       target: str, reference_reader) -> None:
     et, kineto = PAIRS[name]
     trace = link(_path(corpus, et), _path(corpus, kineto))
     graph = build_graph(trace, target)
@@ -59,7 +44,7 @@ def test_corpus_converts_and_validates(corpus: Path, tmp_path: Path, name: str,
     assert report.ok, report.counts()
     out = tmp_path / f"{name}.0.et"
     etio.write_et(out, graph.metadata, graph.nodes)
-    assert len(_read_with_reference(out)) == len(graph.nodes)
+    assert len(reference_reader(out)[1]) == len(graph.nodes)
     if target == "full":
         # Every op becomes a node, and device time survives rounding (within 0.1 %).
         assert len(graph.nodes) == len(trace.ops)
