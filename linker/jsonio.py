@@ -49,10 +49,11 @@ def decode(path: Path, raw: bytes, decoder: msgspec.json.Decoder, array_type: ob
            ) -> object:
     """Decode ``raw`` with a typed msgspec decoder; a top-level array is decoded as
     ``array_type`` when given. Errors become one-line TraceFormatErrors."""
-    if not raw.strip():
+    first = _first_char(raw)
+    if not first:
         raise TraceFormatError(path, "byte 0", "a JSON document (the file is empty)")
     try:
-        if array_type is not None and raw.lstrip()[:1] == b"[":
+        if array_type is not None and first == b"[":
             return msgspec.json.decode(raw, type=array_type)
         return decoder.decode(raw)
     except msgspec.ValidationError as exc:
@@ -65,10 +66,20 @@ def decode(path: Path, raw: bytes, decoder: msgspec.json.Decoder, array_type: ob
         raise TraceFormatError(path, where, f"valid JSON ({text})") from exc
 
 
+_SPACE = re.compile(rb"[ \t\r\n]*")
+
+
+def _first_char(raw: bytes) -> bytes:
+    """The first non-blank byte (b"" if none), without copying the whole file as
+    ``raw.strip()`` would: that copy is as large as the file."""
+    at = _SPACE.match(raw).end()
+    return raw[at:at + 1]
+
+
 def load_json(path: Path) -> tuple[object, int]:
     """Parse ``path`` (JSON or gzipped JSON); returns (document, uncompressed size in bytes)."""
     raw = read_bytes(path)
-    if not raw.strip():
+    if not _first_char(raw):
         raise TraceFormatError(path, "byte 0", "a JSON document (the file is empty)")
     try:
         doc = orjson.loads(raw)

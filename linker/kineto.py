@@ -18,6 +18,7 @@ nanoseconds at once (``round(x * 1000)``; ints are scaled exactly) and, when the
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from sys import intern
@@ -74,16 +75,16 @@ class KArgs(msgspec.Struct, frozen=True, gc=False):
 
 _ARG_ATTR = {f.encode_name: f.name for f in msgspec.structs.fields(KArgs)}
 _NO_ARGS = KArgs()
-_RAW_NULL = msgspec.Raw(b"null")
-_ARGS_DECODER = msgspec.json.Decoder(KArgs | None)
 
 
 class KEvent(msgspec.Struct, gc=False):
     """One Kineto event as decoded; kept ones get ``start`` / ``dur`` in integer ns.
 
-    ``parent`` (host ranges: the enclosing range on the same thread), ``op`` (uid of the
-    linked-trace op this range became, -1 if none) and ``et`` (the matched host ET node) are
-    filled in by the linker.
+    ``start`` / ``dur`` hold the file's ``ts`` / ``dur`` (float or int microseconds) while
+    decoding and are replaced by integer nanoseconds by the reader: one slot each, so no
+    float outlives the reader. ``parent`` (host ranges: the enclosing range on the same
+    thread), ``op`` (uid of the linked-trace op this range became, -1 if none) and ``et``
+    (the matched host ET node) are filled in by the linker.
     """
 
     name: str = ""
@@ -91,14 +92,12 @@ class KEvent(msgspec.Struct, gc=False):
     ph: str = ""
     pid: object = None
     tid: object = None
-    ts: object = None
-    dur_us: object = msgspec.field(default=0, name="dur")
-    # Raw while decoding (most events are dropped: their args are never built), then the
-    # reader swaps in a KArgs for the events it keeps.
-    args: msgspec.Raw = _RAW_NULL
+    start: object = msgspec.field(default=None, name="ts")
+    dur: object = 0
+    # Any JSON value decodes (a dropped event with odd args must not fail the file); kept
+    # events must have an object (or nothing), checked by the reader.
+    args: KArgs | list | str | int | float | bool | None = _NO_ARGS
     id: object = None
-    start: int = _internal("start")
-    dur: int = _internal("dur")
     parent: object = _internal("parent")
     op: int = msgspec.field(default=-1, name="chakra_hooks.internal.op")
     et: object = _internal("et")
@@ -109,15 +108,16 @@ class KEvent(msgspec.Struct, gc=False):
 
 
 class _KinetoDoc(msgspec.Struct):
-    # Events stay raw slices until read one by one: decoding all of them at once would hold
-    # an object for every event, dropped ones included, at the same time (the memory peak).
-    traceEvents: list[msgspec.Raw] | None = None
+    # All events are decoded in one call (a Python call per event cost more than the whole
+    # C decode); ``args`` keys we never read are skipped, not built.
+    traceEvents: list[KEvent] | None = None
     baseTimeNanoseconds: object = None
     distributedInfo: object = None
 
 
 _DECODER = msgspec.json.Decoder(_KinetoDoc)
-_EVENT_DECODER = msgspec.json.Decoder(KEvent)
+_EVENTS_TYPE = list[KEvent]
+_WHERE = re.compile(r"\$(?:\.traceEvents)?(\[\d+\])")
 
 
 @dataclass(slots=True)
@@ -159,7 +159,19 @@ def read_kineto(path: Path) -> KinetoTrace:
     """Read a Kineto trace; raises TraceFormatError for anything that is not one."""
     path = Path(path)
     raw = read_bytes(path)
-    doc = decode(path, raw, _DECODER, list[msgspec.Raw])
+    size = len(raw)
+    try:
+        doc = decode(path, raw, _DECODER, _EVENTS_TYPE)
+    except TraceFormatError as exc:
+        # A typed field of one event is wrong: name the event the way the rest of the reader
+        # does ("traceEvents[i]").
+        found = _WHERE.search(str(exc)) if exc.where == "structure" else None
+        if found is None:
+            raise
+        raise TraceFormatError(path, f"traceEvents{found.group(1)}",
+                               f"an event with name, pid, tid, numeric ts / dur ({exc.expected})"
+                               ) from exc
+    del raw  # nothing decoded refers to the bytes: free them before the events are sorted
     if isinstance(doc, list):  # the Chrome trace "array" form
         doc = _KinetoDoc(doc)
     if doc.traceEvents is None:
@@ -168,60 +180,62 @@ def read_kineto(path: Path) -> KinetoTrace:
     base_ns = base if type(base) is int else 0
     clock = "kineto:baseTimeNanoseconds" if base_ns else "kineto:epoch-us"
     dist = doc.distributedInfo
-    trace = KinetoTrace(path, clock, base_ns, len(raw), dist if isinstance(dist, dict) else {})
-    del raw
-    _read_events(trace, doc.traceEvents)
+    trace = KinetoTrace(path, clock, base_ns, size, dist if isinstance(dist, dict) else {})
+    events, doc.traceEvents = doc.traceEvents, None
+    _read_events(trace, events)
     if not (trace.host or trace.device or trace.runtime):
         raise TraceFormatError(path, "traceEvents", "at least one cpu_op, runtime or device event "
                                "(the trace is empty)")
     return trace
 
 
-def _read_events(trace: KinetoTrace, events: list[msgspec.Raw]) -> None:
-    """Decode the events one by one, keep what linking needs, set integer times; the hot loop.
+def _read_events(trace: KinetoTrace, events: list[KEvent]) -> None:
+    """Keep what linking needs from the decoded events, set integer times; the hot loop.
 
-    Memory matters here (a 1 GB trace has millions of events): dropped events are never
-    held, the float ``ts`` / ``dur`` are dropped once converted, and repeated names and
-    thread ids share one object.
+    Memory matters here (a 1 GB trace has millions of events): the float ``ts`` / ``dur``
+    are replaced once converted, and repeated names, categories and thread ids share one
+    object. Dropped events go with the list when the reader returns.
     """
-    host, runtime, device, syncs = trace.host, trace.runtime, trace.device, trace.syncs
     pids = trace.pids
     base = trace.base_ns
-    host_cats, runtime_cats, device_cats = HOST_CATS, RUNTIME_CATS, DEVICE_CATS
+    # category -> (kept list, the one shared category string)
+    out_of = {c: (trace.host, c) for c in HOST_CATS}
+    out_of.update((c, (trace.runtime, c)) for c in RUNTIME_CATS)
+    out_of.update((c, (trace.device, c)) for c in DEVICE_CATS)
+    out_of["cuda_sync"] = (trace.syncs, "cuda_sync")
+    host, device = trace.host, trace.device
+    get = out_of.get
     ids: dict = {}  # pid / tid values -> one shared object
     uncorrelated = 0
-    event_decode, args_decode, no_args = _EVENT_DECODER.decode, _ARGS_DECODER.decode, _NO_ARGS
-    for index, raw in enumerate(events):
+    no_args, args_type = _NO_ARGS, KArgs
+    for index, ev in enumerate(events):
+        if ev.ph != "X":
+            continue
+        found = get(ev.cat)
+        if found is None:
+            continue
+        out, ev.cat = found
+        ev.ph = "X"
+        args = ev.args
         try:
-            ev = event_decode(raw)
-            if ev.ph != "X":
-                continue
-            cat = ev.cat
-            if cat in host_cats:
-                out = host
-                pids.add(ev.pid)
-            elif cat in runtime_cats:
-                out = runtime
-            elif cat in device_cats:
-                out = device
-            elif cat == "cuda_sync":
-                out = syncs
-            else:
-                continue
-            ev.args = args_decode(ev.args) or no_args
-            ts, dur = ev.ts, ev.dur_us
+            if type(args) is not args_type:
+                if args is not None:
+                    raise TypeError(f"'args' is a {type(args).__name__}, not an object")
+                ev.args = args = no_args
+            ts, dur = ev.start, ev.dur
             ev.start = base + (ts * 1000 if type(ts) is int else round(ts * 1000))
             ev.dur = dur * 1000 if type(dur) is int else round(dur * 1000)
-        except (msgspec.MsgspecError, TypeError) as exc:
+        except TypeError as exc:
             raise TraceFormatError(trace.path, f"traceEvents[{index}]",
                                    f"an event with name, pid, tid, numeric ts / dur ({exc})"
                                    ) from exc
         if ev.tid is None or not ev.name:
             raise TraceFormatError(trace.path, f"traceEvents[{index}]",
                                    "an event with name, pid and tid")
-        if out is device and ev.args.correlation is None:
+        if out is host:
+            pids.add(ev.pid)
+        elif out is device and args.correlation is None:
             uncorrelated += 1
-        ev.ts = ev.dur_us = None
         ev.name = intern(ev.name)
         ev.pid = ids.setdefault(ev.pid, ev.pid)
         ev.tid = ids.setdefault(ev.tid, ev.tid)
@@ -231,11 +245,10 @@ def _read_events(trace: KinetoTrace, events: list[msgspec.Raw]) -> None:
     trace.events_total = len(events)
 
 
-def _index_flow_ends(trace: KinetoTrace, events: list[msgspec.Raw]) -> None:
+def _index_flow_ends(trace: KinetoTrace, events: list[KEvent]) -> None:
     base, flow_ends = trace.base_ns, trace.flow_ends
-    for raw in events:
-        ev = _EVENT_DECODER.decode(raw)
-        ts = ev.ts
+    for ev in events:
+        ts = ev.start
         if ev.ph == "f" and ev.cat == "ac2g" and isinstance(ts, (int, float)):
             flow_ends[(ev.pid, ev.tid, base + (ts * 1000 if type(ts) is int
                                               else round(ts * 1000)))] = ev.id
