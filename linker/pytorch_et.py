@@ -15,6 +15,7 @@ so id order is program (entry) order on each thread.
 from __future__ import annotations
 
 import re
+from operator import attrgetter
 from sys import intern
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,7 +98,7 @@ class EtNode(msgspec.Struct, gc=False):
     cat: object = None
     stream: object = None
     attrs: object = _internal("attrs")  # non-standard attrs by name (collective_name, ...)
-    children: object = _internal("children")
+    children: object = _internal("children", ())  # a list once the node has one
     cached_in: object = _internal("cached_in")
     cached_out: object = _internal("cached_out")
     cached_text: object = _internal("cached_text")  # ((in values, shapes, types), (out ...))
@@ -126,7 +127,11 @@ class EtNode(msgspec.Struct, gc=False):
             parts = (raw, self.output_shapes, self.output_types)
         else:
             parts = (raw, self.input_shapes, self.input_types)
-        return tuple(bytes(p).decode() if p is not _NULL else "[]" for p in parts)
+        null = _NULL
+        a, b, c = parts
+        return (str(a, "utf-8") if a is not null else "[]",
+                str(b, "utf-8") if b is not null else "[]",
+                str(c, "utf-8") if c is not null else "[]")
 
     def tensor_ids(self, outputs: bool = False) -> list[int]:
         """Ids of the tensors among the inputs (or outputs), read from the raw JSON: a tensor
@@ -198,8 +203,10 @@ class HostEt:
             node.keep_io(True, False)
         for node in decoded:
             node.keep_io(False, True)
-        for node in self.nodes:
-            node.drop_raw()
+        null = _NULL
+        for node in self.nodes:  # drop_raw, inlined: this runs on every node
+            node.raw_inputs = node.raw_outputs = null
+            node.input_shapes = node.input_types = node.output_shapes = node.output_types = null
 
     def thread_roots(self) -> list[EtNode]:
         by_id = self.by_id
@@ -207,26 +214,33 @@ class HostEt:
 
 
 def _finish_node(node: EtNode, index: int, path: Path) -> None:
-    """Normalise one decoded node: parent id, and the attrs list of 1.0.2+ into fields."""
+    """Normalise one decoded node: parent id, and the attrs list of 1.0.2+ into fields.
+    (read_host_et inlines the common case; this is the reference and the slow path.)"""
     parent = node.ctrl_deps if node.ctrl_deps is not None else node.parent
     if type(parent) is not int:
         raise TraceFormatError(path, f"nodes[{index}] (id {node.id})",
                                "an integer parent id ('ctrl_deps' or 'parent')")
     node.parent = parent
-    node.children = []
     node.attrs = _NO_ATTRS
     node.name = intern(node.name)
     raw = node.attr_raw
     if raw is _NULL:
         return
     node.attr_raw = _NULL
+    _set_attrs(node, _decode_attrs(raw, node, index, path))
+
+
+def _decode_attrs(raw: msgspec.Raw, node: EtNode, index: int, path: Path) -> list[EtAttr]:
     # Attrs are decoded node by node (not with the whole file), so their objects are freed
     # at once: on a 1 GB ET they would otherwise be the largest thing in memory.
     try:
-        attr_list = _ATTRS_DECODER.decode(raw)
+        return _ATTRS_DECODER.decode(raw)
     except msgspec.MsgspecError as exc:
         raise TraceFormatError(path, f"nodes[{index}] (id {node.id})",
                                f"an attrs list of {{name, type, value}} ({exc})") from exc
+
+
+def _set_attrs(node: EtNode, attr_list: list[EtAttr]) -> None:
     if (len(attr_list) in _STANDARD_LENGTHS and attr_list[0].name == "rf_id"
             and attr_list[2].name == "seq_id" and attr_list[3].name == "scope"
             and attr_list[4].name == "tid"
@@ -247,7 +261,41 @@ def _finish_node(node: EtNode, index: int, path: Path) -> None:
         node.attrs = {k: v for k, v in attrs.items() if k not in _STANDARD_ATTRS}
 
 
+def _finish_nodes(nodes: list[EtNode], path: Path) -> None:
+    """_finish_node on every node, its common case inlined (this loop runs once per node of
+    the file: call overhead and attribute lookups are most of its time)."""
+    null, no_attrs, decode_attrs = _NULL, _NO_ATTRS, _ATTRS_DECODER.decode
+    lengths, last_names = _STANDARD_LENGTHS, _STANDARD_LAST
+    for index, node in enumerate(nodes):
+        parent = node.ctrl_deps
+        if parent is None:
+            parent = node.parent
+        if type(parent) is not int:
+            _finish_node(node, index, path)  # raises the error
+        node.parent = parent
+        node.attrs = no_attrs
+        node.name = intern(node.name)
+        raw = node.attr_raw
+        if raw is null:
+            continue
+        node.attr_raw = null
+        try:
+            attr_list = decode_attrs(raw)
+        except msgspec.MsgspecError:
+            _decode_attrs(raw, node, index, path)  # raises the error
+        if (len(attr_list) in lengths and attr_list[0].name == "rf_id"
+                and attr_list[2].name == "seq_id" and attr_list[3].name == "scope"
+                and attr_list[4].name == "tid" and attr_list[-1].name in last_names):
+            node.rf_id = attr_list[0].value or 0  # as in _set_attrs
+            node.seq_id = attr_list[2].value
+            node.scope = attr_list[3].value
+            node.tid = attr_list[4].value
+        else:
+            _set_attrs(node, attr_list)
+
+
 _NO_ATTRS: dict = {}
+_ID = attrgetter("id")
 
 
 def read_host_et(path: Path) -> HostEt:
@@ -260,14 +308,18 @@ def read_host_et(path: Path) -> HostEt:
     nodes = doc.nodes
     if not nodes:
         raise TraceFormatError(path, "nodes", "at least one node (the trace is empty)")
-    for index, node in enumerate(nodes):
-        _finish_node(node, index, path)
-    nodes.sort(key=lambda n: n.id)
+    _finish_nodes(nodes, path)
+    nodes.sort(key=_ID)
     by_id = {n.id: n for n in nodes}
+    get = by_id.get
     for node in nodes:  # id order, so children lists come out in program order
-        parent = by_id.get(node.parent)
+        parent = get(node.parent)
         if parent is not None and parent is not node:
-            parent.children.append(node)
+            children = parent.children
+            if children:
+                children.append(node)
+            else:  # leaves (most nodes) share the empty tuple: no list each
+                parent.children = [node]
     schema = str(doc.schema)
     pid = doc.pid
     et = HostEt(path, schema, pid if type(pid) is int else None, str(doc.time), nodes, by_id,
