@@ -17,7 +17,6 @@ user's own exceptions propagate unchanged. jax is imported only when a window st
 
 from __future__ import annotations
 
-import atexit
 import json
 import logging
 import os
@@ -26,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from ..window import StepWindow
 from . import hlo_dump
 
 log = logging.getLogger("chakra_hooks.collectors.jax_xla")
@@ -35,34 +35,24 @@ CLOCK = ("xspace session clock: event = line timestamp_ns*1000 + offset_ps (ps s
          "profile start; epoch start in Task Environment profile_start_time)")
 
 
-def _window(steps: Iterable[int]) -> tuple[int, int]:
-    s = sorted({int(x) for x in steps})
-    if not s or s[0] < 0 or s[-1] - s[0] + 1 != len(s):
-        raise ValueError(f"steps must be consecutive non-negative integers, got {s[:8]}")
-    return s[0], s[-1] + 1
-
-
 def manifest_name(process_index: int, process_count: int) -> str:
     return "jax_manifest.json" if process_count <= 1 else f"jax_manifest.p{process_index}.json"
 
 
-class Trace:
-    """Context manager or start()/step()/stop() object; see :func:`trace`."""
+class Trace(StepWindow):
+    """Context manager, decorator, or start()/step()/stop() object; see :func:`trace`."""
 
     def __init__(self, outdir: str | os.PathLike, steps: Iterable[int] = range(10, 12),
                  convert: bool = False, *, name: str = "train") -> None:
+        super().__init__(steps)
         self.outdir = Path(outdir)
-        self.first, self.end = _window(steps)
         self.convert = convert
         self.name = name
-        self.step_num = 0
         self.steps: list[int] = []
         self.errors: list[str] = []
         self.complete: bool | None = None
         self._registered: list[tuple[Any, tuple, dict]] = []
-        self._armed = False
         self._active = False
-        self._done = False
         self._annotation: Any = None
         self._before: set[Path] = set()
         self._t0 = 0.0
@@ -73,38 +63,15 @@ class Trace:
         profile itself carries no HLO (``fn.lower(*args, **kwargs).compile().as_text()``)."""
         self._registered.append((fn, args, kwargs))
 
-    def start(self) -> "Trace":
-        if not self._armed and not self._done:
-            self._armed = True
-            atexit.register(self.stop)
-            self._advance()
-        return self
-
-    def step(self) -> None:
-        """Mark the end of one training step."""
-        if not self._armed:
-            return
+    # -- StepWindow hooks -------------------------------------------------------------------
+    def _end_step(self) -> None:
         self._guard("closing the step annotation", self._close_annotation)
-        self.step_num += 1
-        self._advance()
 
-    def stop(self, exc: BaseException | None = None) -> None:
-        if not self._armed:
-            return
-        self._armed = False
-        atexit.unregister(self.stop)
-        if self._active:
-            why = f"{type(exc).__name__}: {exc}" if exc is not None else (
-                f"stopped at step {self.step_num}, before the end of the window ({self.end})")
-            self._finish(why)
-        self._done = True
+    def _window_open(self) -> bool:
+        return self._active
 
-    def __enter__(self) -> "Trace":
-        return self.start()
-
-    def __exit__(self, exc_type, exc, tb) -> bool:
-        self.stop(exc)
-        return False  # the user's exception propagates unchanged
+    def _finish_early(self, why: str) -> None:
+        self._finish(why)
 
     # -- window ----------------------------------------------------------------------------
     def _advance(self) -> None:

@@ -15,8 +15,6 @@ object, observer or hook exists.
 
 from __future__ import annotations
 
-import atexit
-import functools
 import logging
 import os
 import platform
@@ -25,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from ..window import StepWindow
 from . import manifest as mf
 from .moe import CLOCK as ROUTING_CLOCK
 from .moe import SIDECAR_FORMAT, RoutingRecorder
@@ -36,14 +35,6 @@ CLOCKS = {
     "kineto": "unix ns: baseTimeNanoseconds + ts*1000 (CLOCK_REALTIME)",
     "routing": ROUTING_CLOCK,
 }
-
-
-def _window(steps: Iterable[int]) -> tuple[int, int]:
-    """``steps`` as [first, end): it must be a non-empty run of consecutive integers."""
-    s = sorted({int(x) for x in steps})
-    if not s or s[0] < 0 or s[-1] - s[0] + 1 != len(s):
-        raise ValueError(f"steps must be consecutive non-negative integers, got {s[:8]}")
-    return s[0], s[-1] + 1
 
 
 def _rank_and_world() -> tuple[int, int]:
@@ -129,7 +120,7 @@ class _Session:
     started: bool = False
 
 
-class Trace:
+class Trace(StepWindow):
     """Context manager, decorator, or start()/step()/stop() object; see :func:`trace`."""
 
     def __init__(
@@ -145,8 +136,8 @@ class Trace:
         warmup: bool = True,
         record_shapes: bool = False,
     ) -> None:
+        super().__init__(steps)
         self.outdir = Path(outdir)
-        self.first, self.end = _window(steps)
         self.ranks = None if ranks is None else sorted({int(r) for r in ranks})
         self.convert = convert
         if model is not None and not isinstance(model, (list, tuple)):
@@ -156,67 +147,25 @@ class Trace:
         self.ep_size = ep_size
         self.warmup = warmup
         self.record_shapes = record_shapes
-        self.step_num = 0
         self.complete: bool | None = None  # set when the window has been written
         self.wrote_run_manifest = False
-        self._armed = False
-        self._done = False
         self._session: _Session | None = None
 
-    # -- public API -------------------------------------------------------------------------
-    def start(self) -> "Trace":
-        if not self._armed and not self._done:
-            self._armed = True
-            atexit.register(self.stop)
-            self._advance()
-        return self
-
-    def step(self) -> None:
-        """Mark the end of one training step."""
-        if not self._armed:
-            return
+    # -- StepWindow hooks -------------------------------------------------------------------
+    def _end_step(self) -> None:
         s = self._session
         if s is not None and s.step_rf is not None:
             self._guard(s, "closing the step annotation", self._close_step_rf, s)
-        self.step_num += 1
-        self._advance()
 
-    def stop(self, exc: BaseException | None = None) -> None:
-        """End the run: flush a window still open (incomplete), then convert if asked."""
-        if not self._armed:
-            return
-        self._armed = False
-        atexit.unregister(self.stop)
-        if self._session is not None:
-            why = f"{type(exc).__name__}: {exc}" if exc is not None else (
-                f"stopped at step {self.step_num}, before the end of the window ({self.end})")
-            self._finish(error=why)
-        self._done = True
+    def _window_open(self) -> bool:
+        return self._session is not None
+
+    def _finish_early(self, why: str) -> None:
+        self._finish(error=why)
+
+    def _after_stop(self) -> None:
         if self.convert and self.wrote_run_manifest:
             self._convert()
-
-    def __enter__(self) -> "Trace":
-        return self.start()
-
-    def __exit__(self, exc_type, exc, tb) -> bool:
-        self.stop(exc)
-        return False  # the user's exception propagates unchanged
-
-    def __call__(self, fn: Callable) -> Callable:
-        """Decorate a step function: each call is one step."""
-
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            self.start()
-            try:
-                result = fn(*args, **kwargs)
-            except BaseException as exc:
-                self.stop(exc)
-                raise
-            self.step()
-            return result
-
-        return wrapper
 
     # -- window state machine ----------------------------------------------------------------
     def _advance(self) -> None:
