@@ -197,39 +197,54 @@ def add_data_edges(linker: _Linker) -> None:
     """
     ops, edges = linker.ops, linker.edges
     tops = sorted((op for op in ops if "et_id" in op.attrs and op.inputs is not None),
-                  key=lambda op: op.attrs["et_id"])
+                  key=_ET_ID)
     by_et = linker.et.by_id
     producer: dict[int, int] = {}
+    get, data = producer.get, EdgeKind.DATA
     for op in tops:
         node = by_et[op.attrs["et_id"]]
+        uid, lane = op.uid, op.lane
         seen = set()
         for tid in node.tensor_ids():
-            src = producer.get(tid)
-            if src is not None and src not in seen and ops[src].lane != op.lane:
+            src = get(tid)
+            if src is not None and src not in seen and ops[src].lane != lane:
                 seen.add(src)
-                edges.append(Edge(src, op.uid, EdgeKind.DATA))
+                edges.append(Edge(src, uid, data))
         for tid in node.tensor_ids(outputs=True):
-            producer[tid] = op.uid
+            producer[tid] = uid
     _autograd_edges(linker, tops)
+
+
+def _ET_ID(op: object) -> int:  # noqa: N802 (a sort key, named like a constant)
+    return op.attrs["et_id"]
 
 
 def _autograd_edges(linker: _Linker, tops: list) -> None:
     ops, edges, by_et = linker.ops, linker.edges, linker.et.by_id
     forward: dict[int, int] = {}  # seq_id -> uid of the op that last ran that forward node
+    backward: dict[str, bool] = {}  # node name -> is an autograd node (names are interned)
+    data = EdgeKind.DATA
     for op in tops:
+        uid, lane = op.uid, op.lane
         stack = [by_et[op.attrs["et_id"]]]
         while stack:  # the op's whole subtree, in program order
             node = stack.pop()
-            stack.extend(reversed(node.children))
+            children = node.children
+            if children:
+                stack.extend(reversed(children))
             seq = node.seq_id
             if type(seq) is not int or seq < 0:
                 continue
-            if _BACKWARD.search(node.name):
+            name = node.name
+            is_backward = backward.get(name)
+            if is_backward is None:
+                is_backward = backward[name] = _BACKWARD.search(name) is not None
+            if is_backward:
                 src = forward.get(seq)
-                if src is not None and ops[src].lane != op.lane:
-                    edges.append(Edge(src, op.uid, EdgeKind.DATA))
+                if src is not None and ops[src].lane != lane:
+                    edges.append(Edge(src, uid, data))
             else:
-                forward[seq] = op.uid
+                forward[seq] = uid
 
 
 def add_kineto_autograd_edges(linker: _Linker) -> None:
@@ -256,18 +271,23 @@ def prune_edges(linker: _Linker) -> None:
     """Drop duplicates, self-edges and edges that would run backwards in time (those could
     close a cycle); count what was dropped in the stats."""
     ops = linker.ops
+    starts = [op.start_ps for op in ops]
+    width = len(ops) + 1  # src * width + dst: one int per pair, cheaper than a tuple
     kept, seen, backwards = [], set(), 0
+    parent = EdgeKind.PARENT
     for e in linker.edges:
-        pair = (e.src, e.dst)
-        if e.src == e.dst or pair in seen:
+        src, dst = e.src, e.dst
+        pair = src * width + dst
+        if src == dst or pair in seen:
             continue
-        a, b = ops[e.src].start_ps, ops[e.dst].start_ps
-        if a is not None and b is not None and a > b and e.kind != EdgeKind.PARENT:
-            backwards += 1
-            continue
-        if a is None or b is None:
+        a, b = starts[src], starts[dst]
+        if a is not None and b is not None:
+            if a > b and e.kind != parent:
+                backwards += 1
+                continue
+        else:
             # Untimed: fall back on ET ids (entry order); every edge we make follows it.
-            ia, ib = ops[e.src].attrs.get("et_id"), ops[e.dst].attrs.get("et_id")
+            ia, ib = ops[src].attrs.get("et_id"), ops[dst].attrs.get("et_id")
             if ia is not None and ib is not None and ia > ib:
                 backwards += 1
                 continue

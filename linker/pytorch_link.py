@@ -43,6 +43,7 @@ from __future__ import annotations
 import gc
 import importlib
 from collections import defaultdict
+from operator import attrgetter
 from pathlib import Path
 
 import orjson
@@ -135,6 +136,7 @@ class _Linker:
         self.pg_inits: list[EtNode] = []
         self.lanes: dict[tuple, str] = {}  # (device, stream, pid, tid) -> lane name
         self.runtime_by_corr: dict[object, KEvent] = {}
+        self.kernel_names: dict[str, str | None] = {}  # kernel name -> kernel_collective()
 
     # ----------------------------------------------------------------------------- steps
     def build(self) -> LinkedTrace:
@@ -202,7 +204,8 @@ class _Linker:
         threads, flows, window = self.threads, kt.flow_ends, self.window
         by_ext: dict | None = None  # host ranges by External id, built on first need
         out = []
-        for ev in sorted(kt.device, key=lambda e: e.start):
+        walked: set[int] = set()  # id() of host ranges whose ancestors were looked at
+        for ev in sorted(kt.device, key=_START):
             corr = ev.args.correlation
             if corr is None:
                 corr = flows.get((ev.pid, ev.tid, ev.start))
@@ -222,7 +225,8 @@ class _Linker:
                                   if e.args.external_id is not None}
                     inner = by_ext.get(runtime.args.external_id)
                 anc = inner
-                while anc is not None:
+                while anc is not None and id(anc) not in walked:
+                    walked.add(id(anc))
                     if anc.name in C10D_OPS:
                         self.c10d_on_device.add(id(anc))
                     anc = anc.parent
@@ -250,9 +254,15 @@ class _Linker:
                 else:
                     tops.append(node)
         self.tops, self.pg_inits = tops, pg_inits
-        c10d = [n for n in et.nodes if n.name in C10D_OPS]
-        decoded = [n for n in et.nodes if n.name == RPC or n.name == PG_INIT
-                   or (n.cat == "kernel" and kernel_collective(n.name) is not None)]
+        c10d: list[EtNode] = []
+        decoded: list[EtNode] = []
+        for n in et.nodes:
+            name = n.name
+            if name in C10D_OPS:
+                c10d.append(n)
+            elif name == RPC or name == PG_INIT or (
+                    n.cat == "kernel" and kernel_collective(name) is not None):
+                decoded.append(n)
         et.release_raw(tops + c10d, decoded + c10d)
 
     def _host_ops_from_et(self) -> None:
@@ -402,24 +412,28 @@ class _Linker:
     def _device_op(self, ev: KEvent, runtime: KEvent | None, inner: KEvent | None) -> None:
         args = ev.args
         device, stream = args.device, args.stream
-        lane = self.lanes.get((device, stream, ev.pid, ev.tid))
+        key = (device, stream, ev.pid, ev.tid)
+        lane = self.lanes.get(key)
         if lane is None:
             lane = f"stream:{ev.pid if device is None else device}:" \
                    f"{ev.tid if stream is None else stream}"
-            self.lanes[(device, stream, ev.pid, ev.tid)] = lane
+            self.lanes[key] = lane
         kind, comm, nbytes, meta, collective = OpKind.COMPUTE, None, None, None, None
-        if ev.cat == "kernel":
+        cat = ev.cat
+        if cat == "kernel":
             kind, comm, meta, collective = self._kernel_comm(ev, inner)
         else:
             nbytes = _copy_bytes(ev)
-            if ev.cat == "gpu_memcpy":
+            if cat == "gpu_memcpy":
                 direction = ev.name[7:11] if ev.name.startswith("Memcpy ") else args.kind
                 kind = _COPY_KINDS.get(direction, kind)
-        op = self._add(ev.name, kind, True, lane, None)
-        op.start_ps, op.dur_ps = ev.start * PS_PER_NS, ev.dur * PS_PER_NS
-        op.comm, op.bytes = comm, nbytes
+        ops = self.ops
+        # What _add does for an op without a host range, with the times and bytes at once.
+        op = Op(len(ops), ev.name, kind, True, lane, ev.start * PS_PER_NS, ev.dur * PS_PER_NS,
+                comm, nbytes)
+        ops.append(op)
         attrs = op.attrs
-        attrs["category"] = ev.cat
+        attrs["category"] = cat
         if meta is not None:
             _split_attrs(op, meta)
         if collective is not None:
@@ -439,7 +453,9 @@ class _Linker:
     def _kernel_comm(self, ev: KEvent, inner: KEvent | None
                      ) -> tuple[OpKind, CommInfo | None, CommMeta | None, str | None]:
         """(kind, comm, metadata, collective name) of a kernel; COMPUTE unless NCCL / RCCL."""
-        coll = kernel_collective(ev.name)
+        coll = self.kernel_names.get(ev.name, False)
+        if coll is False:  # names are interned and repeat: look each one up once
+            coll = self.kernel_names[ev.name] = kernel_collective(ev.name)
         meta = from_kineto_args(ev.args) if ev.args.collective_name is not None else None
         if coll is None and meta is None:
             return OpKind.COMPUTE, None, None, None
@@ -501,7 +517,7 @@ class _Linker:
             if op.on_device and op.start_ps is not None and op.lane.startswith("stream:"):
                 lanes[op.lane].append(op)
         for ops in lanes.values():
-            ops.sort(key=lambda o: (o.start_ps, o.uid))
+            ops.sort(key=_START_PS)  # stable: equal starts stay in uid order
             for a, b in zip(ops, ops[1:]):
                 edges.append(Edge(a.uid, b.uid, EdgeKind.STREAM_ORDER))
 
@@ -563,6 +579,10 @@ class _Linker:
         elif pid_differs:
             trace.metadata["note"] = (f"ET pid {self.et.pid} is not Kineto's; the traces are two "
                                       f"runs of one program ({m.rate:.1%} of host ops match)")
+
+
+_START = attrgetter("start")
+_START_PS = attrgetter("start_ps")
 
 
 def _et_event(node: EtNode) -> KEvent:
