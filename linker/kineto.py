@@ -108,16 +108,18 @@ class KEvent(msgspec.Struct, gc=False):
 
 
 class _KinetoDoc(msgspec.Struct):
-    # All events are decoded in one call (a Python call per event cost more than the whole
-    # C decode); ``args`` keys we never read are skipped, not built.
-    traceEvents: list[KEvent] | None = None
+    # Events stay raw slices of the file first, then are decoded CHUNK at a time (one
+    # decoder call per chunk: a call per event cost more than the decoding itself), so
+    # that dropped events and the floats and strings of kept ones never all exist at once.
+    traceEvents: list[msgspec.Raw] | None = None
     baseTimeNanoseconds: object = None
     distributedInfo: object = None
 
 
+CHUNK = 4096
 _DECODER = msgspec.json.Decoder(_KinetoDoc)
-_EVENTS_TYPE = list[KEvent]
-_WHERE = re.compile(r"\$(?:\.traceEvents)?(\[\d+\])")
+_EVENTS_DECODER = msgspec.json.Decoder(list[KEvent])
+_WHERE = re.compile(r"\$(\[\d+\])")
 
 
 @dataclass(slots=True)
@@ -136,6 +138,15 @@ class KinetoTrace:
     flow_ends: dict[tuple, int] = field(default_factory=dict)  # (pid, tid, ts ns) -> ac2g id
     pids: set = field(default_factory=set)  # host process ids seen on host ranges
     events_total: int = 0
+    ids: dict = field(default_factory=dict)  # reading: pid / tid values -> one shared object
+
+    def kept_by_cat(self) -> dict[str, tuple[list[KEvent], str]]:
+        """Category -> (the list its events are kept in, the one shared category string)."""
+        out: dict[str, tuple[list[KEvent], str]] = {c: (self.host, c) for c in HOST_CATS}
+        out.update((c, (self.runtime, c)) for c in RUNTIME_CATS)
+        out.update((c, (self.device, c)) for c in DEVICE_CATS)
+        out["cuda_sync"] = (self.syncs, "cuda_sync")
+        return out
 
     @property
     def rank(self) -> int | None:
@@ -159,19 +170,7 @@ def read_kineto(path: Path) -> KinetoTrace:
     """Read a Kineto trace; raises TraceFormatError for anything that is not one."""
     path = Path(path)
     raw = read_bytes(path)
-    size = len(raw)
-    try:
-        doc = decode(path, raw, _DECODER, _EVENTS_TYPE)
-    except TraceFormatError as exc:
-        # A typed field of one event is wrong: name the event the way the rest of the reader
-        # does ("traceEvents[i]").
-        found = _WHERE.search(str(exc)) if exc.where == "structure" else None
-        if found is None:
-            raise
-        raise TraceFormatError(path, f"traceEvents{found.group(1)}",
-                               f"an event with name, pid, tid, numeric ts / dur ({exc.expected})"
-                               ) from exc
-    del raw  # nothing decoded refers to the bytes: free them before the events are sorted
+    doc = decode(path, raw, _DECODER, list[msgspec.Raw])
     if isinstance(doc, list):  # the Chrome trace "array" form
         doc = _KinetoDoc(doc)
     if doc.traceEvents is None:
@@ -180,35 +179,51 @@ def read_kineto(path: Path) -> KinetoTrace:
     base_ns = base if type(base) is int else 0
     clock = "kineto:baseTimeNanoseconds" if base_ns else "kineto:epoch-us"
     dist = doc.distributedInfo
-    trace = KinetoTrace(path, clock, base_ns, size, dist if isinstance(dist, dict) else {})
+    trace = KinetoTrace(path, clock, base_ns, len(raw), dist if isinstance(dist, dict) else {})
+    del raw  # the raw slices keep the bytes alive until the events are decoded
     events, doc.traceEvents = doc.traceEvents, None
-    _read_events(trace, events)
+    uncorrelated = 0
+    for lo in range(0, len(events), CHUNK):
+        uncorrelated += _read_events(trace, _decode_chunk(trace.path, events, lo), lo)
+    if uncorrelated:  # only then are the ac2g flow ends worth indexing
+        _index_flow_ends(trace, events)
+    trace.events_total = len(events)
     if not (trace.host or trace.device or trace.runtime):
         raise TraceFormatError(path, "traceEvents", "at least one cpu_op, runtime or device event "
                                "(the trace is empty)")
     return trace
 
 
-def _read_events(trace: KinetoTrace, events: list[KEvent]) -> None:
-    """Keep what linking needs from the decoded events, set integer times; the hot loop.
+def _decode_chunk(path: Path, events: list[msgspec.Raw], lo: int) -> list[KEvent]:
+    """Events ``lo`` to ``lo + CHUNK``, decoded in one call (their slices joined)."""
+    try:
+        return _EVENTS_DECODER.decode(b"[%b]" % b",".join(events[lo:lo + CHUNK]))
+    except msgspec.ValidationError as exc:
+        # A typed field of one event is wrong: name the event.
+        found = _WHERE.search(str(exc))
+        where = f"traceEvents[{lo + int(found.group(1)[1:-1])}]" if found else "traceEvents"
+        raise TraceFormatError(path, where, "an event with name, pid, tid, numeric ts / dur "
+                               f"({exc})") from exc
+
+
+def _read_events(trace: KinetoTrace, events: list[KEvent], first: int) -> int:
+    """Keep what linking needs from decoded events (``events[0]`` is event number
+    ``first`` of the file), set integer times; the hot loop. Returns how many device
+    events have no correlation.
 
     Memory matters here (a 1 GB trace has millions of events): the float ``ts`` / ``dur``
     are replaced once converted, and repeated names, categories and thread ids share one
-    object. Dropped events go with the list when the reader returns.
+    object.
     """
     pids = trace.pids
     base = trace.base_ns
-    # category -> (kept list, the one shared category string)
-    out_of = {c: (trace.host, c) for c in HOST_CATS}
-    out_of.update((c, (trace.runtime, c)) for c in RUNTIME_CATS)
-    out_of.update((c, (trace.device, c)) for c in DEVICE_CATS)
-    out_of["cuda_sync"] = (trace.syncs, "cuda_sync")
+    out_of = trace.kept_by_cat()
     host, device = trace.host, trace.device
     get = out_of.get
-    ids: dict = {}  # pid / tid values -> one shared object
+    ids = trace.ids
     uncorrelated = 0
     no_args, args_type = _NO_ARGS, KArgs
-    for index, ev in enumerate(events):
+    for index, ev in enumerate(events, first):
         if ev.ph != "X":
             continue
         found = get(ev.cat)
@@ -240,15 +255,14 @@ def _read_events(trace: KinetoTrace, events: list[KEvent]) -> None:
         ev.pid = ids.setdefault(ev.pid, ev.pid)
         ev.tid = ids.setdefault(ev.tid, ev.tid)
         out.append(ev)
-    if uncorrelated:  # only then are the ac2g flow ends worth indexing
-        _index_flow_ends(trace, events)
-    trace.events_total = len(events)
+    return uncorrelated
 
 
-def _index_flow_ends(trace: KinetoTrace, events: list[KEvent]) -> None:
+def _index_flow_ends(trace: KinetoTrace, raws: list[msgspec.Raw]) -> None:
     base, flow_ends = trace.base_ns, trace.flow_ends
-    for ev in events:
-        ts = ev.start
-        if ev.ph == "f" and ev.cat == "ac2g" and isinstance(ts, (int, float)):
-            flow_ends[(ev.pid, ev.tid, base + (ts * 1000 if type(ts) is int
-                                              else round(ts * 1000)))] = ev.id
+    for lo in range(0, len(raws), CHUNK):
+        for ev in _decode_chunk(trace.path, raws, lo):
+            ts = ev.start
+            if ev.ph == "f" and ev.cat == "ac2g" and isinstance(ts, (int, float)):
+                flow_ends[(ev.pid, ev.tid, base + (ts * 1000 if type(ts) is int
+                                                  else round(ts * 1000)))] = ev.id

@@ -96,3 +96,24 @@ def test_gzip_detected_by_content_not_suffix(tmp_path: Path) -> None:
                                    b' "pid": 1, "tid": 1, "ts": 5, "dur": 2, "args": {}}]}'))
     trace = read_kineto(path)
     assert trace.host[0].start == 5000 and trace.host[0].dur == 2000
+
+
+@pytest.mark.parametrize("bad, expected", [
+    (b'{"ph": "X", "cat": "cpu_op", "name": 5, "pid": 1, "tid": 1, "ts": 1, "dur": 1}',
+     "Expected `str`"),
+    (b'{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1, '
+     b'"args": [1]}', "not an object"),
+])
+def test_bad_event_named_by_index_past_first_chunk(tmp_path: Path, bad: bytes,
+                                                   expected: str) -> None:
+    """Events are decoded in chunks: an error in a later chunk still names its own index."""
+    from chakra_hooks.linker.kineto import CHUNK
+    good = b'{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1}'
+    index = CHUNK + 7
+    events = [good] * index + [bad, good]
+    path = tmp_path / "bad_event.json"
+    path.write_bytes(b'{"traceEvents": [' + b",".join(events) + b"]}")
+    with pytest.raises(TraceFormatError) as info:
+        read_kineto(path)
+    message = str(info.value)
+    assert f"traceEvents[{index}]" in message and expected in message and "\n" not in message
