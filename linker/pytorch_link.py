@@ -96,11 +96,12 @@ def link(host_et_path: Path | None, kineto_path: Path | None, rank: int | None =
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        # Kineto first: its raw bytes are gone once decoded, while the ET keeps its raw bytes
-        # (tensor values are sliced from them lazily); so the two raw files never coexist.
-        kt = read_kineto(kineto_path) if kineto_path is not None else None
+        # ET first, and its top-level ops selected (which frees its raw bytes) before Kineto
+        # is read: the ET's raw file, its decoded nodes and Kineto's events never coexist.
         et = read_host_et(host_et_path) if host_et_path is not None else None
-        return _Linker(et, kt, rank).build()
+        selected = select_et(et) if et is not None else None
+        kt = read_kineto(kineto_path) if kineto_path is not None else None
+        return _Linker(et, kt, rank, selected).build()
     finally:
         if was_enabled:
             gc.enable()
@@ -109,7 +110,8 @@ def link(host_et_path: Path | None, kineto_path: Path | None, rank: int | None =
 class _Linker:
     """One linking run. Steps are methods, called in order by :meth:`build`."""
 
-    def __init__(self, et: HostEt | None, kt: KinetoTrace | None, rank: int | None) -> None:
+    def __init__(self, et: HostEt | None, kt: KinetoTrace | None, rank: int | None,
+                 selected: tuple[list[EtNode], list[EtNode]] | None = None) -> None:
         self.et, self.kt = et, kt
         if rank is None:
             rank = kt.rank if kt is not None and kt.rank is not None else 0
@@ -132,7 +134,9 @@ class _Linker:
         self.nested_after: dict[int, list[int]] = defaultdict(list)  # top uid -> nested comm
         self.thread_ops: dict[tuple, list[tuple[int, int]]] = defaultdict(list)  # Kineto thread
         self.launches: list[tuple[KEvent, int, str]] = []  # (runtime call, device uid, lane)
-        self.tops: list[EtNode] = []  # top-level ET ops, in program order per thread
+        # top-level ET ops, in program order per thread, and process-group init nodes
+        self.selected = selected
+        self.tops: list[EtNode] = []
         self.pg_inits: list[EtNode] = []
         self.lanes: dict[tuple, str] = {}  # (device, stream, pid, tid) -> lane name
         self.runtime_by_corr: dict[object, KEvent] = {}
@@ -141,7 +145,7 @@ class _Linker:
     # ----------------------------------------------------------------------------- steps
     def build(self) -> LinkedTrace:
         if self.et is not None:
-            self._select_et()
+            self.tops, self.pg_inits = self.selected or select_et(self.et)
         self._read_groups()
         if self.et is not None and self.kt is not None:
             self.match = match_et(self.et, self.kt.host, self.threads)
@@ -234,37 +238,6 @@ class _Linker:
         return out
 
     # ------------------------------------------------------------------------- host ops
-    def _select_et(self) -> None:
-        """Apply the top-level rule (module docstring) to the ET, then let the ET free its
-        raw bytes, keeping the inputs / outputs of the nodes that will be read."""
-        et = self.et
-        tops: list[EtNode] = []
-        pg_inits: list[EtNode] = []
-        for root in et.thread_roots():
-            stack = list(reversed(root.children))
-            while stack:
-                node = stack.pop()
-                if node.cat is not None:
-                    continue  # a device node of a reference-linked ET: see _et_device_ops
-                if node.name == PG_INIT:
-                    pg_inits.append(node)
-                elif (node.scope == USER_SCOPE and node.children
-                      and not node.name.startswith(OPAQUE_ANNOTATIONS)):
-                    stack.extend(reversed(node.children))
-                else:
-                    tops.append(node)
-        self.tops, self.pg_inits = tops, pg_inits
-        c10d: list[EtNode] = []
-        decoded: list[EtNode] = []
-        for n in et.nodes:
-            name = n.name
-            if name in C10D_OPS:
-                c10d.append(n)
-            elif name == RPC or name == PG_INIT or (
-                    n.cat == "kernel" and kernel_collective(name) is not None):
-                decoded.append(n)
-        et.release_raw(tops + c10d, decoded + c10d)
-
     def _host_ops_from_et(self) -> None:
         by_et, tops = self.match.by_et, self.tops
         for node in self.pg_inits:
@@ -583,6 +556,38 @@ class _Linker:
 
 _START = attrgetter("start")
 _START_PS = attrgetter("start_ps")
+
+
+def select_et(et: HostEt) -> tuple[list[EtNode], list[EtNode]]:
+    """Apply the top-level rule (module docstring) to the ET, then let the ET free its raw
+    bytes, keeping the inputs / outputs of the nodes that will be read.
+    Returns (top-level ops, process-group init nodes)."""
+    tops: list[EtNode] = []
+    pg_inits: list[EtNode] = []
+    for root in et.thread_roots():
+        stack = list(reversed(root.children))
+        while stack:
+            node = stack.pop()
+            if node.cat is not None:
+                continue  # a device node of a reference-linked ET: see _et_device_ops
+            if node.name == PG_INIT:
+                pg_inits.append(node)
+            elif (node.scope == USER_SCOPE and node.children
+                  and not node.name.startswith(OPAQUE_ANNOTATIONS)):
+                stack.extend(reversed(node.children))
+            else:
+                tops.append(node)
+    c10d: list[EtNode] = []
+    decoded: list[EtNode] = []
+    for n in et.nodes:
+        name = n.name
+        if name in C10D_OPS:
+            c10d.append(n)
+        elif name == RPC or name == PG_INIT or (
+                n.cat == "kernel" and kernel_collective(name) is not None):
+            decoded.append(n)
+    et.release_raw(tops + c10d, decoded + c10d)
+    return tops, pg_inits
 
 
 def _et_event(node: EtNode) -> KEvent:
