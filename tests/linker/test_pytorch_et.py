@@ -80,3 +80,21 @@ def test_unknown_schema_warns(tmp_path: Path) -> None:
                      b'execution_trace|process]", "ctrl_deps": 1, "attrs": []}]}')
     et = read_host_et(path)
     assert et.warnings and "9.9" in et.warnings[0]
+
+
+def test_bad_attrs_named_by_node_past_first_chunk(tmp_path: Path) -> None:
+    """Attrs are decoded many nodes at a time: a bad list still names its own node."""
+    from chakra_hooks.linker.pytorch_et import CHUNK
+    root = b'{"id": 1, "name": "[pytorch|profiler|execution_trace|process]", "ctrl_deps": 1}'
+    good = b'{"id": %d, "name": "aten::add", "ctrl_deps": 1, "attrs": [{"name": "rf_id", ' \
+           b'"type": "uint64", "value": 3}]}'
+    bad_index = CHUNK + 3
+    nodes = [root] + [good % i for i in range(2, bad_index + 1)]
+    nodes.append(b'{"id": 99999, "name": "aten::mul", "ctrl_deps": 1, "attrs": [{"name": 5}]}')
+    path = tmp_path / "bad_attrs.json"
+    path.write_bytes(b'{"schema": "1.0.3", "nodes": [' + b",".join(nodes) + b"]}")
+    with pytest.raises(TraceFormatError) as info:
+        read_host_et(path)
+    message = str(info.value)
+    assert f"nodes[{bad_index}] (id 99999)" in message and "attrs" in message
+    assert "\n" not in message
