@@ -78,26 +78,48 @@ _ARG_ATTR = {f.encode_name: f.name for f in msgspec.structs.fields(KArgs)}
 _NO_ARGS = KArgs()
 
 
-class _CommonArgs(msgspec.Struct, frozen=True, gc=False):
-    """A kept event's KArgs when only the common keys are set (nearly every event): the same
-    attributes, in a third of the memory (the others are class attributes, all None)."""
+class CommonArgs(msgspec.Struct, frozen=True, gc=False):
+    """The ``args`` of a kept event that needs no more than the common keys (nearly every
+    event): what is decoded for every event, in a third of KArgs' memory; the other KArgs
+    attributes are class attributes, all None, so both read alike.
+
+    Events that may need more get a full :class:`KArgs` (decoded again from their own JSON
+    slice, see :func:`wants_full_args`): device events, ``cuda_sync`` records, and host
+    ranges that carry collective metadata. A linker rule reading another key from another
+    event must extend that rule.
+    """
 
     correlation: object = None
-    external_id: object = None
-    record_function_id: object = None
-    sequence_number: object = None
+    external_id: object = msgspec.field(default=None, name="External id")
+    record_function_id: object = msgspec.field(default=None, name="Record function id")
+    sequence_number: object = msgspec.field(default=None, name="Sequence number")
     stream: object = None
     device: object = None
 
     get = KArgs.get
 
 
-_COMMON = tuple(f.name for f in msgspec.structs.fields(_CommonArgs))
-_RARE = tuple(f.name for f in msgspec.structs.fields(KArgs) if f.name not in _COMMON)
-for _name in _RARE:
-    setattr(_CommonArgs, _name, None)
-_RARE_NONE = (None,) * len(_RARE)
-_rare_of = attrgetter(*_RARE)
+_COMMON = frozenset(f.name for f in msgspec.structs.fields(CommonArgs))
+for _name in (f.name for f in msgspec.structs.fields(KArgs) if f.name not in _COMMON):
+    setattr(CommonArgs, _name, None)
+# Host ranges whose args the comm rules read (pytorch_comms: record_param_comms metadata,
+# c10d op input dims and types, nccl:* annotations).
+_FULL_HOST_NAMES = frozenset(("record_param_comms",))
+_FULL_HOST_PREFIXES = ("c10d::", "nccl:")
+
+
+def wants_full_args(cat: str, name: str) -> bool:
+    """Whether a kept event gets all of KArgs (else CommonArgs)."""
+    if cat in DEVICE_CATS or cat == "cuda_sync":
+        return True
+    return cat in HOST_CATS and (name in _FULL_HOST_NAMES or name.startswith(_FULL_HOST_PREFIXES))
+
+
+class _FullArgs(msgspec.Struct, gc=False):
+    args: KArgs | list | str | int | float | bool | None = None
+
+
+_FULL_ARGS_DECODER = msgspec.json.Decoder(_FullArgs)
 
 
 class KEvent(msgspec.Struct, gc=False):
@@ -118,8 +140,9 @@ class KEvent(msgspec.Struct, gc=False):
     start: object = msgspec.field(default=None, name="ts")
     dur: object = 0
     # Any JSON value decodes (a dropped event with odd args must not fail the file); kept
-    # events must have an object (or nothing), checked by the reader.
-    args: KArgs | list | str | int | float | bool | None = _NO_ARGS
+    # events must have an object (or nothing), checked by the reader. Decoded as CommonArgs;
+    # see there for the events that get a KArgs.
+    args: CommonArgs | list | str | int | float | bool | None = _NO_ARGS
     id: object = None
     parent: object = _internal("parent")
     op: int = msgspec.field(default=-1, name="chakra_hooks.internal.op")
@@ -139,7 +162,7 @@ class _KinetoDoc(msgspec.Struct):
     distributedInfo: object = None
 
 
-CHUNK = 4096
+CHUNK = 1024
 _DECODER = msgspec.json.Decoder(_KinetoDoc)
 _EVENTS_DECODER = msgspec.json.Decoder(list[KEvent])
 _WHERE = re.compile(r"\$(\[\d+\])")
@@ -162,6 +185,7 @@ class KinetoTrace:
     pids: set = field(default_factory=set)  # host process ids seen on host ranges
     events_total: int = 0
     ids: dict = field(default_factory=dict)  # reading: pid / tid values -> one shared object
+    full_args_names: dict = field(default_factory=dict)  # reading: wants_full_args cache
 
     def kept_by_cat(self) -> dict[str, tuple[list[KEvent], str]]:
         """Category -> (the list its events are kept in, the one shared category string)."""
@@ -207,7 +231,7 @@ def read_kineto(path: Path) -> KinetoTrace:
     events, doc.traceEvents = doc.traceEvents, None
     uncorrelated = 0
     for lo in range(0, len(events), CHUNK):
-        uncorrelated += _read_events(trace, _decode_chunk(trace.path, events, lo), lo)
+        uncorrelated += _read_events(trace, _decode_chunk(trace.path, events, lo), events, lo)
     if uncorrelated:  # only then are the ac2g flow ends worth indexing
         _index_flow_ends(trace, events)
     trace.events_total = len(events)
@@ -229,10 +253,11 @@ def _decode_chunk(path: Path, events: list[msgspec.Raw], lo: int) -> list[KEvent
                                f"({exc})") from exc
 
 
-def _read_events(trace: KinetoTrace, events: list[KEvent], first: int) -> int:
-    """Keep what linking needs from decoded events (``events[0]`` is event number
-    ``first`` of the file), set integer times; the hot loop. Returns how many device
-    events have no correlation.
+def _read_events(trace: KinetoTrace, events: list[KEvent], raws: list[msgspec.Raw],
+                 first: int) -> int:
+    """Keep what linking needs from decoded events (``events[i]`` is event ``first + i`` of
+    the file, whose JSON is ``raws[first + i]``), set integer times; the hot loop. Returns
+    how many device events have no correlation.
 
     Memory matters here (a 1 GB trace has millions of events): the float ``ts`` / ``dur``
     are replaced once converted, and repeated names, categories and thread ids share one
@@ -245,25 +270,23 @@ def _read_events(trace: KinetoTrace, events: list[KEvent], first: int) -> int:
     get = out_of.get
     ids = trace.ids
     uncorrelated = 0
-    no_args, args_type = _NO_ARGS, KArgs
-    rare_of, rare_none, common = _rare_of, _RARE_NONE, _CommonArgs
+    no_args, args_type, common_type = _NO_ARGS, KArgs, CommonArgs
+    full_decode, full_names = _FULL_ARGS_DECODER.decode, trace.full_args_names
     for index, ev in enumerate(events, first):
         if ev.ph != "X":
             continue
         found = get(ev.cat)
         if found is None:
             continue
-        out, ev.cat = found
+        out, cat = found
+        ev.cat = cat
         ev.ph = "X"
         args = ev.args
         try:
-            if type(args) is not args_type:
-                if args is not None:
+            if type(args) is not common_type:
+                if args is not None and args is not no_args:
                     raise TypeError(f"'args' is a {type(args).__name__}, not an object")
                 ev.args = args = no_args
-            elif rare_of(args) == rare_none:
-                ev.args = common(args.correlation, args.external_id, args.record_function_id,
-                                 args.sequence_number, args.stream, args.device)
             ts, dur = ev.start, ev.dur
             ev.start = base + (ts * 1000 if type(ts) is int else round(ts * 1000))
             ev.dur = dur * 1000 if type(dur) is int else round(dur * 1000)
@@ -271,14 +294,20 @@ def _read_events(trace: KinetoTrace, events: list[KEvent], first: int) -> int:
             raise TraceFormatError(trace.path, f"traceEvents[{index}]",
                                    f"an event with name, pid, tid, numeric ts / dur ({exc})"
                                    ) from exc
-        if ev.tid is None or not ev.name:
+        name = ev.name
+        if ev.tid is None or not name:
             raise TraceFormatError(trace.path, f"traceEvents[{index}]",
                                    "an event with name, pid and tid")
+        name = ev.name = intern(name)
+        full = full_names.get((cat, name))
+        if full is None:
+            full = full_names[(cat, name)] = wants_full_args(cat, name)
+        if full and args is not no_args:
+            ev.args = args = full_decode(raws[index]).args
         if out is host:
             pids.add(ev.pid)
         elif out is device and args.correlation is None:
             uncorrelated += 1
-        ev.name = intern(ev.name)
         ev.pid = ids.setdefault(ev.pid, ev.pid)
         ev.tid = ids.setdefault(ev.tid, ev.tid)
         out.append(ev)

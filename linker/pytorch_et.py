@@ -63,7 +63,7 @@ class _IORaw(msgspec.Struct):
 _IO_DECODER = msgspec.json.Decoder(_IORaw)
 _ATTRS_DECODER = msgspec.json.Decoder(list[EtAttr])
 _ATTR_LISTS_DECODER = msgspec.json.Decoder(list[list[EtAttr]])
-CHUNK = 4096  # nodes whose attrs are decoded in one call
+CHUNK = 1024  # nodes whose attrs are decoded in one call
 
 
 def _internal(name: str, default: object = None) -> object:
