@@ -207,6 +207,15 @@ def encode_et(metadata: GlobalMetadata, nodes: Iterable[Node]) -> Iterable[bytes
         yield body
 
 
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _current_umask()
+
+
 def atomic_write(path: str | os.PathLike, pieces: Iterable[bytes], compress: bool | None = None) -> int:
     """Write pieces to ``path`` through a temporary file in the same folder, then rename.
 
@@ -236,6 +245,9 @@ def atomic_write(path: str | os.PathLike, pieces: Iterable[bytes], compress: boo
             written += len(chunk)
             if compress:
                 out.close()
+        # mkstemp makes the file 0600; give it the mode any other new file would get (readers
+        # such as ASTRA-sim run as other users, and open ETs for writing).
+        os.chmod(tmp, 0o666 & ~_UMASK)
         os.replace(tmp, target)
     except BaseException:
         try:

@@ -127,3 +127,14 @@ def test_varint_encoding_matches_protobuf() -> None:
 
     for value in (0, 1, 127, 128, 300, 16383, 16384, 2**31, 2**63 - 1):
         assert etio.encode_varint(value) == _VarintBytes(value)
+
+
+def test_written_files_get_the_usual_mode(tmp_path: Path) -> None:
+    import os
+    import stat
+
+    mask = os.umask(0)
+    os.umask(mask)
+    path = tmp_path / "mode.0.et"
+    etio.write_et(path, GlobalMetadata(version="0.0.4"), [Node(id=1, name="a")])
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~mask
