@@ -15,6 +15,7 @@ so id order is program (entry) order on each thread.
 from __future__ import annotations
 
 import re
+from typing import Union
 from operator import attrgetter
 from sys import intern
 from dataclasses import dataclass, field
@@ -63,6 +64,37 @@ class _IORaw(msgspec.Struct):
 _IO_DECODER = msgspec.json.Decoder(_IORaw)
 _ATTRS_DECODER = msgspec.json.Decoder(list[EtAttr])
 _ATTR_LISTS_DECODER = msgspec.json.Decoder(list[list[EtAttr]])
+
+
+# The standard attrs (_STANDARD_ATTRS) as a union tagged by "name": decoding one builds no
+# name string, and skips the values never read (op_schema, kernel_file...). A chunk of
+# nodes with any other attr fails this decoder and is decoded as EtAttr lists instead.
+class _Std(msgspec.Struct, tag_field="name", gc=False):
+    pass
+
+
+class _StdRfId(_Std, tag="rf_id"):
+    value: object = None
+
+
+class _StdSeqId(_Std, tag="seq_id"):
+    value: object = None
+
+
+class _StdScope(_Std, tag="scope"):
+    value: object = None
+
+
+class _StdTid(_Std, tag="tid"):
+    value: object = None
+
+
+_STD_VALUED = {_StdRfId: "rf_id", _StdSeqId: "seq_id", _StdScope: "scope", _StdTid: "tid"}
+_STD_OTHERS = tuple(type(f"_Std_{n}", (_Std,), {}, tag=n) for n in sorted(
+    _STANDARD_ATTRS - set(_STD_VALUED.values())))
+_STD_LAST = tuple(t for t in _STD_OTHERS if t.__struct_config__.tag in _STANDARD_LAST)
+_STD_LISTS_DECODER = msgspec.json.Decoder(
+    list[list[Union[tuple(_STD_VALUED) + _STD_OTHERS]]])  # type: ignore[misc]
 CHUNK = 1024  # nodes whose attrs are decoded in one call
 
 
@@ -268,10 +300,12 @@ def _finish_nodes(nodes: list[EtNode], path: Path) -> None:
     the file: call overhead and attribute lookups are most of its time). Attrs lists are
     decoded CHUNK nodes at a time, in one decoder call per chunk (their slices joined)."""
     null, no_attrs = _NULL, _NO_ATTRS
-    lengths, last_names = _STANDARD_LENGTHS, _STANDARD_LAST
     for lo in range(0, len(nodes), CHUNK):
         part = nodes[lo:lo + CHUNK]
-        lists = iter(_decode_attr_chunk(part, lo, path))
+        raws = [n.attr_raw for n in part if n.attr_raw is not null]
+        std = _decode_std_chunk(raws)
+        lists = iter(std if std is not None else _decode_attr_chunk(part, raws, lo, path))
+        finish = _set_std_attrs if std is not None else _set_attrs
         for index, node in enumerate(part, lo):
             parent = node.ctrl_deps
             if parent is None:
@@ -281,25 +315,45 @@ def _finish_nodes(nodes: list[EtNode], path: Path) -> None:
             node.parent = parent
             node.attrs = no_attrs
             node.name = intern(node.name)
-            if node.attr_raw is null:
-                continue
-            node.attr_raw = null
-            attr_list = next(lists)
-            if (len(attr_list) in lengths and attr_list[0].name == "rf_id"
-                    and attr_list[2].name == "seq_id" and attr_list[3].name == "scope"
-                    and attr_list[4].name == "tid" and attr_list[-1].name in last_names):
-                node.rf_id = attr_list[0].value or 0  # as in _set_attrs
-                node.seq_id = attr_list[2].value
-                node.scope = attr_list[3].value
-                node.tid = attr_list[4].value
-            else:
-                _set_attrs(node, attr_list)
+            if node.attr_raw is not null:
+                node.attr_raw = null
+                finish(node, next(lists))
 
 
-def _decode_attr_chunk(part: list[EtNode], lo: int, path: Path) -> list[list[EtAttr]]:
-    """The attrs lists of the nodes in ``part`` that have one, in order."""
+def _set_std_attrs(node: EtNode, attr_list: list[_Std]) -> None:
+    """_set_attrs for a list of standard attrs only (decoded as the tagged union)."""
+    if (len(attr_list) in _STANDARD_LENGTHS and type(attr_list[0]) is _StdRfId
+            and type(attr_list[2]) is _StdSeqId and type(attr_list[3]) is _StdScope
+            and type(attr_list[4]) is _StdTid and type(attr_list[-1]) in _STD_LAST):
+        node.rf_id = attr_list[0].value or 0
+        node.seq_id = attr_list[2].value
+        node.scope = attr_list[3].value
+        node.tid = attr_list[4].value
+        return
+    # Any other order: as _set_attrs' dict (the last of a repeated name wins).
+    found = {"rf_id": 0, "seq_id": -1, "tid": 0, "scope": 0}
+    for attr in attr_list:
+        name = _STD_VALUED.get(type(attr))
+        if name is not None:
+            found[name] = attr.value
+    node.rf_id = found["rf_id"] or 0
+    node.seq_id, node.tid, node.scope = found["seq_id"], found["tid"], found["scope"]
+
+
+def _decode_std_chunk(raws: list[msgspec.Raw]) -> list[list[_Std]] | None:
+    """The attrs lists when all of them hold standard attrs only, else None."""
+    if not raws:
+        return []
+    try:
+        return _STD_LISTS_DECODER.decode(b"[%b]" % b",".join(raws))
+    except msgspec.MsgspecError:
+        return None
+
+
+def _decode_attr_chunk(part: list[EtNode], raws: list[msgspec.Raw], lo: int, path: Path
+                       ) -> list[list[EtAttr]]:
+    """The attrs lists (``raws``) of the nodes in ``part`` that have one, in order."""
     null = _NULL
-    raws = [n.attr_raw for n in part if n.attr_raw is not null]
     if not raws:
         return []
     try:

@@ -98,3 +98,25 @@ def test_bad_attrs_named_by_node_past_first_chunk(tmp_path: Path) -> None:
     message = str(info.value)
     assert f"nodes[{bad_index}] (id 99999)" in message and "attrs" in message
     assert "\n" not in message
+
+
+def test_standard_attrs_in_any_order_and_with_other_attrs(tmp_path: Path) -> None:
+    """Standard attrs are read by name whatever their order; other attrs are kept."""
+    root = b'{"id": 1, "name": "[pytorch|profiler|execution_trace|process]", "ctrl_deps": 1}'
+    shuffled = (b'{"id": 2, "name": "aten::add", "ctrl_deps": 1, "attrs": ['
+                b'{"name": "tid", "type": "uint64", "value": 4},'
+                b'{"name": "op_schema", "type": "string", "value": "x"},'
+                b'{"name": "rf_id", "type": "uint64", "value": 9},'
+                b'{"name": "scope", "type": "uint64", "value": 7},'
+                b'{"name": "seq_id", "type": "int64", "value": 12}]}')
+    extra = (b'{"id": 3, "name": "record_param_comms", "ctrl_deps": 1, "attrs": ['
+             b'{"name": "rf_id", "type": "uint64", "value": 5},'
+             b'{"name": "pg_name", "type": "string", "value": "0"}]}')
+    path = tmp_path / "et.json"
+    path.write_bytes(b'{"schema": "1.1.1", "nodes": [' + b",".join((root, shuffled, extra))
+                     + b"]}")
+    nodes = read_host_et(path).by_id
+    add, rpc = nodes[2], nodes[3]
+    assert (add.rf_id, add.seq_id, add.tid, add.scope, add.attrs) == (9, 12, 4, 7, {})
+    assert (rpc.rf_id, rpc.seq_id, rpc.tid, rpc.scope) == (5, -1, 0, 0)
+    assert rpc.attrs == {"pg_name": "0"}
