@@ -123,32 +123,65 @@ def inspect(files: tuple[str, ...], as_json: bool) -> None:
               help="astra-sim: also what the simulator refuses (METADATA/MEM nodes, unsimulated collectives).")
 @click.option("--limit", type=int, default=20, show_default=True, help="Problems listed per check (human form).")
 def validate(files: tuple[str, ...], as_json: bool, target: str, limit: int) -> None:
-    """Check Chakra ETs against what their consumers require; exit 1 on any problem."""
+    """Check Chakra ETs against what their consumers require; exit 1 on any problem.
+
+    With --target astra-sim, the files are also checked as one run: every process group's
+    collectives must agree across its members, and comm_group.json (beside the files) must be
+    one ASTRA-sim accepts.
+    """
     from chakra_hooks.converter import etio
     from chakra_hooks.converter.validate import validate as check
 
     failed = False
+    run: dict[int, object] = {}
     for path in _et_files(files):
         et = etio.read_et(path)
         report = check(str(path), et.metadata, et.nodes, target=target)
         failed |= not report.ok
+        rank = _rank_order(path)[1]
+        if rank >= 0:
+            run[rank] = et.nodes
         if as_json:
             click.echo(orjson.dumps({
                 "path": report.path, "ok": report.ok, "nodes": report.nodes, "counts": report.counts(),
                 "problems": [{"check": p.check, "node": p.node, "message": p.message} for p in report.problems],
             }).decode())
             continue
-        click.echo(f"{path}: {'ok' if report.ok else 'FAILED'} ({report.nodes:,} nodes)")
-        shown: dict[str, int] = {}
-        for problem in report.problems:
-            shown[problem.check] = shown.get(problem.check, 0) + 1
-            if shown[problem.check] <= limit:
-                where = f"node {problem.node}" if problem.node is not None else "file"
-                click.echo(f"  {problem.check}: {where}: {problem.message}")
-        for name, count in report.counts().items():
-            if count > limit:
-                click.echo(f"  {name}: ... {count - limit} more ({count} in all)")
+        _print_report(path, report, limit)
+    if target == "astra-sim" and len(run) > 1:
+        failed |= _validate_run(files, run, as_json)
     sys.exit(1 if failed else 0)
+
+
+def _print_report(path: Path, report, limit: int) -> None:
+    click.echo(f"{path}: {'ok' if report.ok else 'FAILED'} ({report.nodes:,} nodes)")
+    shown: dict[str, int] = {}
+    for problem in report.problems:
+        shown[problem.check] = shown.get(problem.check, 0) + 1
+        if shown[problem.check] <= limit:
+            where = f"node {problem.node}" if problem.node is not None else "file"
+            click.echo(f"  {problem.check}: {where}: {problem.message}")
+    for name, count in report.counts().items():
+        if count > limit:
+            click.echo(f"  {name}: ... {count - limit} more ({count} in all)")
+
+
+def _validate_run(files: tuple[str, ...], run: dict[int, object], as_json: bool) -> bool:
+    """Cross-rank checks; True when there is a problem."""
+    from chakra_hooks.converter.run import check_run
+
+    folder = Path(files[0]) if Path(files[0]).is_dir() else Path(files[0]).parent
+    group_file = folder / "comm_group.json"
+    groups = orjson.loads(group_file.read_bytes()) if group_file.exists() else {}
+    problems = check_run(run, {str(k): v for k, v in groups.items()})
+    if as_json:
+        click.echo(orjson.dumps({"path": str(folder), "ok": not problems, "ranks": sorted(run),
+                                 "problems": [{"check": "run", "message": p} for p in problems]}).decode())
+    else:
+        click.echo(f"{folder}: run of {len(run)} ranks: {'ok' if not problems else 'FAILED'}")
+        for problem in problems:
+            click.echo(f"  run: {problem}")
+    return bool(problems)
 
 
 if __name__ == "__main__":

@@ -169,6 +169,12 @@ def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike
         for result in results:
             for message in result.warnings:
                 note(f"rank {result.rank}: {message}")
+        if target == "astra-sim":
+            groups = _harmonize_run(Path(staging), results, groups, write_json, note)
+        else:
+            # pg "0" is torch's default group, the whole job: "" / "0" already mean that to
+            # ASTRA-sim, which asserts on a key "0" in its comm-group file.
+            groups.pop(0, None)
         comm_group = None
         if groups:
             (Path(staging) / COMM_GROUP_FILE).write_bytes(
@@ -179,6 +185,22 @@ def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return ConvertResult(out, results, comm_group, warnings)
+
+
+def _harmonize_run(staging: Path, results: list[RankResult], groups: dict[int, list[int]],
+                   write_json: bool, note: Callable[[str], None]) -> dict[int, list[int]]:
+    """Make the staged ETs agree across ranks as ASTRA-sim needs (converter/run.py), rewrite them."""
+    from chakra_hooks.converter import etio, inspect, run
+
+    ets = {r.rank: etio.read_et(staging / r.files[0]) for r in results}
+    new_groups = run.harmonize({rank: list(et.nodes) for rank, et in ets.items()}, groups, note)
+    for result in results:
+        et = ets[result.rank]
+        etio.write_et(staging / result.files[0], et.metadata, et.nodes)
+        if write_json:
+            etio.write_workload_json(staging / result.files[1], et.nodes)
+        result.summary = inspect.summarize(result.files[0], et.metadata, et.nodes).to_json()
+    return new_groups
 
 
 def _refuse_duplicate_ranks(results: list[RankResult], inputs: Sequence[str | os.PathLike]) -> None:

@@ -91,18 +91,30 @@ def _whole_ns(op: Op) -> bool:
 
 
 def _retarget(ops: list[Op], target: str, keep_mem: bool) -> list[Op]:
-    """The ops to emit, with kinds changed where the target does not accept them."""
+    """The ops to emit, with kinds changed where the target does not accept them.
+
+    ASTRA-sim runs one compute node at a time per NPU. A copy on a lane where no compute runs
+    (a copy engine, TPU "Async XLA Ops") overlapped compute in the trace; replayed as compute
+    for its full time it would serialise with everything else (a TPU trace ran 3.5x long that
+    way), so it is replayed in zero time, its measured time kept in ``overlapped_duration_ps``.
+    """
     if target == "full":
         return ops
+    compute_lanes = {op.lane for op in ops if op.kind == OpKind.COMPUTE}
     out: list[Op] = []
     for op in ops:
         kind = op.kind
         if kind == OpKind.METADATA:
             continue
-        if (kind in (OpKind.MEM_LOAD, OpKind.MEM_STORE) and not keep_mem) or (
+        is_mem = kind in (OpKind.MEM_LOAD, OpKind.MEM_STORE)
+        if (is_mem and not keep_mem) or (
                 kind == OpKind.COLLECTIVE and (op.comm is None or op.comm.comm_type not in ASTRA_SIM_COLLECTIVES)):
             attrs = dict(op.attrs, replayed_as_compute=kind.name)
-            op = Op(op.uid, op.name, OpKind.COMPUTE, op.on_device, op.lane, op.start_ps, op.dur_ps,
+            dur_ps = op.dur_ps
+            if is_mem and op.lane not in compute_lanes and dur_ps:
+                attrs["overlapped_duration_ps"] = dur_ps
+                dur_ps = 0
+            op = Op(op.uid, op.name, OpKind.COMPUTE, op.on_device, op.lane, op.start_ps, dur_ps,
                     None, op.bytes, op.flops, op.inputs, op.outputs, attrs)
         out.append(op)
     return out

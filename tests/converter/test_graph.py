@@ -103,3 +103,12 @@ def test_unmeasured_ops_say_so() -> None:
     assert node.duration_micros == 0 and attrs["duration_unknown"].bool_val
     assert "duration_ns" not in attrs and "start_ns" not in attrs
     assert validate("t", graph.metadata, graph.nodes).ok
+
+
+def test_astra_sim_replays_copies_that_overlapped_compute_in_zero_time() -> None:
+    trace = small_trace()
+    trace.ops.append(Op(8, "copy-start", OpKind.MEM_LOAD, True, "tpu:0:Async XLA Ops", 30 * US, 9 * US, bytes=64))
+    nodes = {n.id: n for n in build_graph(trace, target="astra-sim").nodes}
+    overlapped = attr_dict(nodes[8])
+    assert nodes[8].duration_micros == 0 and value_of(overlapped["overlapped_duration_ps"]) == 9 * US
+    assert nodes[3].duration_micros == 2  # a copy on a stream that also runs kernels keeps its time

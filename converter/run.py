@@ -1,0 +1,182 @@
+"""Rules that hold across the ranks of a run, not inside one file.
+
+A simulator runs every rank's ET together, so what one file says about a collective must agree
+with what the other members of its process group say. Found by running our ETs in ASTRA-sim:
+- a collective must have the same type and ``comm_size`` on every member, in the same order;
+  otherwise the simulator deadlocks and still exits 0;
+- ``comm_group.json`` must not have the key "0" (ASTRA-sim reserves 0 for "all ranks" and
+  asserts), must name only ranks that have a file, and a group a collective uses needs two
+  members or more.
+
+``harmonize`` makes a converted run satisfy those rules for ``--target astra-sim`` (uneven
+all-to-all sizes become the largest member's, the rank's own size kept as
+``comm_size_local``), and ``check_run`` reports breaches in any run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from .attrs import attr_dict, make_attr, value_of
+from .schema import CollectiveCommType, Node, NodeType
+
+COMM_COLL = NodeType.Value("COMM_COLL_NODE")
+COMP = NodeType.Value("COMP_NODE")
+ALL_RANKS = ""  # pg_name for the whole run
+
+
+@dataclass(slots=True)
+class Collective:
+    node: Node
+    comm_type: int
+    size: int
+    group: str  # pg_name as written
+
+
+def collectives(nodes: Sequence[Node]) -> list[Collective]:
+    """COMM_COLL nodes in the order they ran (start time, then id)."""
+    found = []
+    for node in nodes:
+        if node.type != COMM_COLL:
+            continue
+        attrs = attr_dict(node)
+        comm_type = value_of(attrs["comm_type"]) if "comm_type" in attrs else -1
+        size = value_of(attrs["comm_size"]) if "comm_size" in attrs else 0
+        group = value_of(attrs["pg_name"]) if "pg_name" in attrs else ALL_RANKS
+        found.append(Collective(node, int(comm_type), int(size), str(group)))
+    found.sort(key=lambda c: (c.node.start_time_micros, c.node.id))
+    return found
+
+
+def _members(group: str, groups: dict[str, list[int]], ranks: list[int]) -> list[int]:
+    return ranks if group in (ALL_RANKS, "0") and group not in groups else groups.get(group, ranks)
+
+
+def _sequences(run: dict[int, Sequence[Node]], groups: dict[str, list[int]]
+               ) -> dict[str, dict[int, list[Collective]]]:
+    """Per process group, per member rank that has a file: its collectives in order."""
+    ranks = sorted(run)
+    out: dict[str, dict[int, list[Collective]]] = {}
+    for rank, nodes in run.items():
+        for coll in collectives(nodes):
+            members = _members(coll.group, groups, ranks)
+            out.setdefault(coll.group, {m: [] for m in members if m in run})
+            out[coll.group].setdefault(rank, []).append(coll)
+    return out
+
+
+def check_run(run: dict[int, Sequence[Node]], groups: dict[str, list[int]]) -> list[str]:
+    """Problems across ranks (one line each); ``groups`` is comm_group.json, keys as strings."""
+    problems = []
+    ranks = sorted(run)
+    if "0" in groups:
+        problems.append('comm_group.json has the key "0", which ASTRA-sim reserves for all ranks')
+    for gid, members in groups.items():
+        outside = sorted(set(members) - set(ranks))
+        if outside:
+            problems.append(f"process group {gid} names ranks {outside[:8]} that have no ET in this run")
+    for group, per_rank in _sequences(run, groups).items():
+        if group not in (ALL_RANKS, "0") and len(_members(group, groups, ranks)) < 2:
+            problems.append(f"process group {group!r} has fewer than two members but runs collectives")
+        problems.extend(_disagreements(group, per_rank))
+    return problems
+
+
+def _disagreements(group: str, per_rank: dict[int, list[Collective]]) -> list[str]:
+    counts = {rank: len(seq) for rank, seq in per_rank.items()}
+    if len(set(counts.values())) > 1:
+        return [f"process group {group!r}: ranks run different numbers of collectives {counts}"]
+    problems = []
+    for index, column in enumerate(zip(*per_rank.values())):
+        kinds = {c.comm_type for c in column}
+        sizes = {c.size for c in column}
+        if len(kinds) > 1 or len(sizes) > 1:
+            names = sorted(CollectiveCommType.Name(k) if k in CollectiveCommType.values() else str(k) for k in kinds)
+            problems.append(f"process group {group!r}: collective #{index} differs across ranks "
+                            f"(types {names}, sizes {sorted(sizes)}; nodes "
+                            f"{ {rank: c.node.id for rank, c in zip(per_rank, column)} })")
+    return problems
+
+
+def harmonize(run: dict[int, list[Node]], groups: dict[int, list[int]],
+              warn: Callable[[str], None]) -> dict[int, list[int]]:
+    """Rewrite a run's collectives in place so that ASTRA-sim runs it; returns the new groups.
+
+    Groups: the one spanning every rank, and any naming ranks with no file here (ASTRA-sim
+    cannot run those), become "" (all ranks); single-member groups turn their collectives into
+    COMP nodes of the same duration; the rest are renumbered from 1. Sizes: equal across the
+    members of a group, the largest, where ranks disagree (uneven all-to-all).
+    """
+    ranks = sorted(run)
+    rename, new_groups = _renumber(groups, ranks, warn)
+    for nodes in run.values():
+        for coll in collectives(nodes):
+            _regroup(coll, rename)
+    for group, per_rank in _sequences(run, {str(k): v for k, v in new_groups.items()}).items():
+        lengths = {len(seq) for seq in per_rank.values()}
+        if len(lengths) > 1:
+            warn(f"process group {group!r}: ranks run different numbers of collectives; "
+                 "ASTRA-sim will wait forever for the missing ones")
+            continue
+        for column in zip(*per_rank.values()):
+            _equalize(column, warn)
+    return new_groups
+
+
+def _renumber(groups: dict[int, list[int]], ranks: list[int], warn: Callable[[str], None]
+              ) -> tuple[dict[str, str | None], dict[int, list[int]]]:
+    """Old pg_name -> new pg_name ("" = all ranks, None = single member: not a collective)."""
+    rename: dict[str, str | None] = {}
+    kept: list[tuple[list[int], str]] = []
+    for gid, members in sorted(groups.items()):
+        members = sorted(members)
+        if members == ranks:
+            rename[str(gid)] = ALL_RANKS
+        elif not set(members) <= set(ranks):
+            warn(f"process group {gid} {members[:8]} names ranks with no trace in this run; "
+                 "its collectives are simulated over all ranks")
+            rename[str(gid)] = ALL_RANKS
+        elif len(members) < 2:
+            rename[str(gid)] = None
+        else:
+            kept.append((members, str(gid)))
+    new_groups: dict[int, list[int]] = {}
+    by_members: dict[tuple[int, ...], int] = {}
+    for members, old in sorted(kept):
+        new_id = by_members.setdefault(tuple(members), len(by_members) + 1)
+        new_groups[new_id] = members
+        rename[old] = str(new_id)
+    return rename, new_groups
+
+
+def _regroup(coll: Collective, rename: dict[str, str | None]) -> None:
+    if coll.group not in rename:
+        return
+    new = rename[coll.group]
+    node = coll.node
+    if new is None:  # a one-member group moves no data: replay the node from its duration
+        node.type = COMP
+        kept = [a for a in node.attr if a.name not in ("comm_type", "comm_size", "pg_name")]
+        del node.attr[:]
+        node.attr.extend(kept)
+        node.attr.append(make_attr("replayed_as_compute", "single-member process group"))
+        return
+    for attr in node.attr:
+        if attr.name == "pg_name":
+            attr.string_val = new
+    coll.group = new
+
+
+def _equalize(column: Sequence[Collective], warn: Callable[[str], None]) -> None:
+    if len({c.comm_type for c in column}) > 1:
+        warn(f"collectives {[c.node.id for c in column]} differ in type across ranks")
+        return
+    largest = max(c.size for c in column)
+    for coll in column:
+        if coll.size != largest:
+            for attr in coll.node.attr:
+                if attr.name == "comm_size":
+                    attr.int64_val = largest
+            coll.node.attr.append(make_attr("comm_size_local", coll.size))
+            coll.size = largest
