@@ -394,7 +394,9 @@ class _Linker:
         kind, comm, nbytes, meta, collective = OpKind.COMPUTE, None, None, None, None
         cat = ev.cat
         if cat == "kernel":
-            kind, comm, meta, collective = self._kernel_comm(ev, inner)
+            coll = self.kernel_names.get(ev.name, False)
+            if coll is not None or args.collective_name is not None:  # else plain COMPUTE
+                kind, comm, meta, collective = self._kernel_comm(ev, inner)
         else:
             nbytes = _copy_bytes(ev)
             if cat == "gpu_memcpy":

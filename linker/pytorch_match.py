@@ -92,17 +92,11 @@ class Match:
 
 def _by_key(nodes: list[EtNode], host: list[KEvent], key: str) -> dict[int, KEvent]:
     """Match by one KArgs attribute (``record_function_id`` or ``external_id``) and name."""
-    index: dict[int, KEvent] = {}
-    for ev in host:
-        k = getattr(ev.args, key)
-        if k:
-            index[k] = ev
-    out = {}
-    for n in nodes:
-        ev = index.get(n.rf_id) if n.rf_id else None
-        if ev is not None and ev.name == n.name:
-            out[n.id] = ev
-    return out
+    get_key = attrgetter(key)
+    index = {k: ev for ev in host if (k := get_key(ev.args))}  # the last range of a key wins
+    get = index.get
+    return {n.id: ev for n in nodes
+            if n.rf_id and (ev := get(n.rf_id)) is not None and ev.name == n.name}
 
 
 def match_et(et: HostEt, host: list[KEvent], threads: dict[tuple, KThread]) -> Match:
