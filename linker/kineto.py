@@ -185,14 +185,18 @@ class KinetoTrace:
     pids: set = field(default_factory=set)  # host process ids seen on host ranges
     events_total: int = 0
     ids: dict = field(default_factory=dict)  # reading: pid / tid values -> one shared object
-    full_args_names: dict = field(default_factory=dict)  # reading: wants_full_args cache
+    _full_names: dict = field(default_factory=dict)  # reading: category -> wants_full_args cache
 
-    def kept_by_cat(self) -> dict[str, tuple[list[KEvent], str]]:
-        """Category -> (the list its events are kept in, the one shared category string)."""
-        out: dict[str, tuple[list[KEvent], str]] = {c: (self.host, c) for c in HOST_CATS}
-        out.update((c, (self.runtime, c)) for c in RUNTIME_CATS)
-        out.update((c, (self.device, c)) for c in DEVICE_CATS)
-        out["cuda_sync"] = (self.syncs, "cuda_sync")
+    def kept_by_cat(self) -> dict[str, tuple[list[KEvent], str, dict | None]]:
+        """Category -> (the list its events are kept in, the one shared category string,
+        a name -> wants_full_args cache, or None if no event of it needs its full args)."""
+        out: dict[str, tuple[list[KEvent], str, dict | None]] = {}
+        for cats, kept in ((HOST_CATS, self.host), (RUNTIME_CATS, self.runtime),
+                           (DEVICE_CATS, self.device), (("cuda_sync",), self.syncs)):
+            for cat in cats:
+                out[cat] = (kept, cat, self._full_names.setdefault(cat, {}))
+        for cat in RUNTIME_CATS:
+            out[cat] = (self.runtime, cat, None)
         return out
 
     @property
@@ -271,14 +275,14 @@ def _read_events(trace: KinetoTrace, events: list[KEvent], raws: list[msgspec.Ra
     ids = trace.ids
     uncorrelated = 0
     no_args, args_type, common_type = _NO_ARGS, KArgs, CommonArgs
-    full_decode, full_names = _FULL_ARGS_DECODER.decode, trace.full_args_names
+    full_decode = _FULL_ARGS_DECODER.decode
     for index, ev in enumerate(events, first):
         if ev.ph != "X":
             continue
         found = get(ev.cat)
         if found is None:
             continue
-        out, cat = found
+        out, cat, full_names = found
         ev.cat = cat
         ev.ph = "X"
         args = ev.args
@@ -299,11 +303,12 @@ def _read_events(trace: KinetoTrace, events: list[KEvent], raws: list[msgspec.Ra
             raise TraceFormatError(trace.path, f"traceEvents[{index}]",
                                    "an event with name, pid and tid")
         name = ev.name = intern(name)
-        full = full_names.get((cat, name))
-        if full is None:
-            full = full_names[(cat, name)] = wants_full_args(cat, name)
-        if full and args is not no_args:
-            ev.args = args = full_decode(raws[index]).args
+        if full_names is not None:  # None: this category never needs its full args
+            full = full_names.get(name)
+            if full is None:
+                full = full_names[name] = wants_full_args(cat, name)
+            if full and args is not no_args:
+                ev.args = args = full_decode(raws[index]).args
         if out is host:
             pids.add(ev.pid)
         elif out is device and args.correlation is None:
