@@ -208,7 +208,6 @@ class _Linker:
         threads, flows, window = self.threads, kt.flow_ends, self.window
         by_ext: dict | None = None  # host ranges by External id, built on first need
         out = []
-        walked: set[int] = set()  # id() of host ranges whose ancestors were looked at
         for ev in sorted(kt.device, key=_START):
             corr = ev.args.correlation
             if corr is None:
@@ -229,8 +228,7 @@ class _Linker:
                                   if e.args.external_id is not None}
                     inner = by_ext.get(runtime.args.external_id)
                 anc = inner
-                while anc is not None and id(anc) not in walked:
-                    walked.add(id(anc))
+                while anc is not None:
                     if anc.name in C10D_OPS:
                         self.c10d_on_device.add(id(anc))
                     anc = anc.parent

@@ -52,31 +52,18 @@ def index_threads(host: list[KEvent]) -> dict[tuple, KThread]:
         groups[(ev.pid, ev.tid)].append(ev)
     threads = {}
     for key, events in groups.items():
-        # Entry order: earlier start first; at equal starts the longer (enclosing) range
-        # first. Two stable sorts give that order without a key tuple per event.
-        events.sort(key=_DUR, reverse=True)
-        events.sort(key=_START)
-        starts = [ev.start for ev in events]
+        # Entry order: earlier start first; at equal starts the longer (enclosing) range first.
+        # (One sort with a key tuple: the events come nearly in that order already, which
+        # timsort makes linear; sorting by duration first would scramble them.)
+        events.sort(key=lambda e: (e.start, -e.dur))
         stack: list[KEvent] = []
-        ends: list[int] = []  # end of each range on the stack
-        push, pop, push_end, pop_end = stack.append, stack.pop, ends.append, ends.pop
-        top_end = None  # ends[-1], or None when the stack is empty
         for ev in events:
-            start = ev.start
-            while top_end is not None and top_end <= start:
-                pop()
-                pop_end()
-                top_end = ends[-1] if ends else None
+            while stack and stack[-1].start + stack[-1].dur <= ev.start:
+                stack.pop()
             ev.parent = stack[-1] if stack else None
-            push(ev)
-            top_end = start + ev.dur
-            push_end(top_end)
-        threads[key] = KThread(key, events, starts)
+            stack.append(ev)
+        threads[key] = KThread(key, events, [e.start for e in events])
     return threads
-
-
-_START = attrgetter("start")
-_DUR = attrgetter("dur")
 
 
 @dataclass(slots=True)
