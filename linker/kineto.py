@@ -1,9 +1,10 @@
 """Kineto (Chrome-trace JSON) reader for the PyTorch linker.
 
-Reads ``.json`` / ``.json.gz`` once, with msgspec decoding straight into typed structs (about
-2.5x orjson here: ``args`` keys we do not read are skipped, not built), and keeps only what
-linking needs: host
-ranges (``cpu_op``, ``user_annotation``), runtime calls (``cuda_runtime``, ``cuda_driver``:
+Reads ``.json`` / ``.json.gz`` once: msgspec splits ``traceEvents`` into raw slices, then
+decodes them CHUNK at a time into typed structs (``args`` keys we do not read are skipped, not
+built; only device events, ``cuda_sync`` records and collective host ranges get all of
+:class:`KArgs`, the rest the smaller :class:`CommonArgs`), and keeps only what linking needs:
+host ranges (``cpu_op``, ``user_annotation``), runtime calls (``cuda_runtime``, ``cuda_driver``:
 launches and synchronisation), device activity (``kernel``, ``gpu_memcpy``, ``gpu_memset``),
 device-side ``cuda_sync`` records, and the ``ac2g`` flow ends (a fallback link from a device
 op to its launch when ``correlation`` is missing). Everything else (python_function, flows
@@ -19,7 +20,6 @@ nanoseconds at once (``round(x * 1000)``; ints are scaled exactly) and, when the
 from __future__ import annotations
 
 import re
-from operator import attrgetter
 from dataclasses import dataclass, field
 from pathlib import Path
 from sys import intern
@@ -274,7 +274,7 @@ def _read_events(trace: KinetoTrace, events: list[KEvent], raws: list[msgspec.Ra
     get = out_of.get
     ids = trace.ids
     uncorrelated = 0
-    no_args, args_type, common_type = _NO_ARGS, KArgs, CommonArgs
+    no_args, common_type = _NO_ARGS, CommonArgs
     full_decode = _FULL_ARGS_DECODER.decode
     for index, ev in enumerate(events, first):
         if ev.ph != "X":

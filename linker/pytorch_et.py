@@ -7,9 +7,10 @@ Two layouts exist and both are read into the same :class:`EtNode`:
 - ``1.0.2`` and later: ``ctrl_deps`` (the parent id), ``inputs`` / ``outputs`` as
   ``{values, shapes, types, strides}`` and ``attrs`` as ``[{name, type, value}]``.
 
-The file is decoded once, by msgspec into typed structs (about 2.5x orjson on ETs: tensor
-values stay raw bytes until a node's inputs are read). Nodes are returned sorted by id: ids are given at op entry,
-so id order is program (entry) order on each thread.
+The file is decoded once, by msgspec into typed structs (tensor values stay raw slices until
+a node's inputs are read; ``attrs`` lists are decoded CHUNK nodes per call, as a union tagged
+by name when they hold the standard attrs only). Nodes are returned sorted by id: ids are
+given at op entry, so id order is program (entry) order on each thread.
 """
 
 from __future__ import annotations

@@ -34,8 +34,9 @@ ET tensor ids, and forward op -> backward op through autograd sequence numbers (
 ``seq_id`` or Kineto ``Sequence number``), which is what ties the autograd thread to the
 forward pass.
 
-Memory: the ET's raw bytes are released as soon as the top-level ops are known (their
-inputs / outputs are kept as JSON text), and Kineto events are decoded one at a time.
+Memory: the ET is read first and its raw bytes are released as soon as the top-level ops
+are known (their inputs / outputs are kept as JSON text); only then is Kineto read, a chunk
+of events at a time, so neither raw file coexists with the other's decoded events.
 """
 
 from __future__ import annotations
