@@ -1,19 +1,26 @@
 """Benchmark: reading XSpace profiles (.xplane.pb), against raw protobuf decoding.
 
     python benchmarks/bench_xspace.py [--size-mb 500] [--corpus ../shared/corpus] [--skip-big]
+                                      [--file PATH]
 
 For the corpus profiles and for a generated GPU-like XSpace of about ``--size-mb`` MB, each
 measured in a fresh child process (so peak memory is that measurement's own):
 
-- ``parse``: ``XSpace.ParseFromString`` alone (upb; the floor for any protobuf reader);
-- ``raw``: parse, then a plain loop over every event reading metadata id, offset, duration and
-  every stat's id and value field, with the generated classes and nothing else: what any
-  reader built on raw protobuf must do at least;
-- ``reader``: our reader (``read_xspace`` + ``PlaneView.events``: integer ps start times, stat
-  values with ``ref_value`` resolved) over every event;
+- ``parse``: ``XSpace.ParseFromString`` of the whole file alone (upb; the floor for any
+  protobuf reader, though it hands back nothing usable from Python yet);
+- ``bare``: parse, then the cheapest Python loop over every event: metadata id, offset and
+  duration, nothing else (the floor for a Python reader that looks at each event);
+- ``raw``: parse, then every event plus every stat's id and value kind, with the generated
+  classes and nothing else;
+- ``reader``: our reader over every event (integer ps start times) with every stat resolved
+  to {name: value} (``ref_value`` -> name): the same coverage as ``raw``;
+- ``pick``: our reader over every event resolving only the stats the GPU linker reads
+  (``hlo_op``, ``hlo_module``, ``program_id``), the others skipped undecoded;
+- ``devices``: the linker's read phase, ``xla_devices.collect_devices`` (one DeviceEvent per
+  device event);
 - ``link`` (corpus only): the whole XLA linker, ``xla_link.load``, to linked traces.
 
-Reported: MB, seconds, MB/s, events/s, peak RSS, and reader / raw ratio (target <= 2).
+Reported: MB, seconds, MB/s, events/s, peak RSS, and reader / bare ratios.
 """
 
 from __future__ import annotations
@@ -32,12 +39,18 @@ CHILD = r"""
 import json, resource, sys, time
 mode, path = sys.argv[1], sys.argv[2]
 from chakra_hooks.linker import xspace, xspace_pb2
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 events = 0
 t = time.perf_counter()
 if mode == "parse":
     space = xspace_pb2.XSpace(); space.ParseFromString(open(path, "rb").read())
     events = -1
+elif mode == "bare":
+    space = xspace_pb2.XSpace(); space.ParseFromString(open(path, "rb").read())
+    for plane in space.planes:
+        for line in plane.lines:
+            for ev in line.events:
+                ev.metadata_id, ev.offset_ps, ev.duration_ps
+                events += 1
 elif mode == "raw":
     space = xspace_pb2.XSpace(); space.ParseFromString(open(path, "rb").read())
     for plane in space.planes:
@@ -49,12 +62,21 @@ elif mode == "raw":
                     st.metadata_id; st.WhichOneof("value")
                 events += 1
 elif mode == "reader":
-    space = xspace.read_xspace(path)
-    for plane in xspace.planes(space):
-        for line in plane.plane.lines:
+    for plane in xspace.read_xspace(path).planes:
+        for line in plane.lines():
             for mid, start, dur, stats in plane.events(line):
                 plane.stats(stats)
                 events += 1
+elif mode == "pick":
+    for plane in xspace.read_xspace(path).planes:
+        wanted = {plane.stat_ids[k]: k for k in ("hlo_op", "hlo_module", "program_id") if k in plane.stat_ids}
+        for line in plane.lines():
+            for mid, start, dur, stats in plane.events(line):
+                plane.pick(stats, wanted)
+                events += 1
+elif mode == "devices":
+    from chakra_hooks.linker.xla_devices import collect_devices
+    events = sum(len(d.events) for d in collect_devices(xspace.read_xspace(path)))
 else:
     from chakra_hooks.linker import xla_link
     from chakra_hooks.linker.sources import RankJob
@@ -124,14 +146,16 @@ def measure(mode: str, path: Path) -> dict:
 def report(label: str, path: Path, modes: list[str]) -> None:
     mb = path.stat().st_size / 1e6
     results = {m: measure(m, path) for m in modes}
-    events = results["raw"]["events"]
+    events = results["bare"]["events"]
     print(f"\n{label}: {mb:.1f} MB, {events:,} events")
     for m, r in results.items():
         rate = f"{events / r['seconds']:,.0f} events/s" if events > 0 else ""
+        note = f"  ({r['events']:,} device events kept)" if m in ("devices", "link") else ""
         print(f"  {m:7s} {r['seconds']:8.3f} s  {mb / r['seconds']:8.1f} MB/s  {rate:>22s}  "
-              f"peak {r['peak_mb']:.0f} MB")
-    print(f"  reader / raw = {results['reader']['seconds'] / results['raw']['seconds']:.2f}x"
-          f"   (reader / parse-only = {results['reader']['seconds'] / results['parse']['seconds']:.1f}x)")
+              f"peak {r['peak_mb']:.0f} MB{note}")
+    sec = {m: r["seconds"] for m, r in results.items()}
+    print(f"  reader / raw = {sec['reader'] / sec['raw']:.2f}x, reader / bare = {sec['reader'] / sec['bare']:.2f}x, "
+          f"pick / bare = {sec['pick'] / sec['bare']:.2f}x, reader / parse-only = {sec['reader'] / sec['parse']:.1f}x")
 
 
 def main() -> None:
@@ -139,18 +163,22 @@ def main() -> None:
     ap.add_argument("--size-mb", type=int, default=500)
     ap.add_argument("--corpus", type=Path, default=REPO.parent / "shared" / "corpus")
     ap.add_argument("--skip-big", action="store_true")
+    ap.add_argument("--file", type=Path, action="append", default=[],
+                    help="also measure this .xplane.pb (e.g. a big generated one kept from an earlier run)")
     args = ap.parse_args()
+    for path in args.file:
+        report(str(path), path, ["parse", "bare", "raw", "reader", "pick", "devices"])
     for name in ("jax_xla/tpu_inference_2.xplane.pb", "jax_xla/mi300x_jax_conv.xplane.pb"):
         path = args.corpus / name
         if path.exists():
-            report(name, path, ["parse", "raw", "reader", "link"])
+            report(name, path, ["parse", "bare", "raw", "reader", "pick", "devices", "link"])
     if not args.skip_big:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "big.xplane.pb"
             t = time.perf_counter()
             n = make_space(path, args.size_mb)
             print(f"\ngenerated {path.stat().st_size / 1e6:.0f} MB, {n:,} events in {time.perf_counter() - t:.1f} s")
-            report("generated", path, ["parse", "raw", "reader"])
+            report("generated", path, ["parse", "bare", "raw", "reader", "pick", "devices"])
 
 
 if __name__ == "__main__":

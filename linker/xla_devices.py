@@ -18,8 +18,7 @@ import bisect
 import re
 from dataclasses import dataclass, field
 
-from chakra_hooks.linker import xspace_pb2
-from chakra_hooks.linker.xspace import SESSION_CLOCK, PlaneView, device_clock_offset, int_stat
+from chakra_hooks.linker.xspace import SESSION_CLOCK, PlaneView, XSpaceFile, device_clock_offset
 
 _DEVICE_PLANE_RE = re.compile(r"^/device:(TPU|GPU):(\d+)$")
 _STREAM_RE = re.compile(r"Stream #(\d+)")
@@ -51,21 +50,22 @@ class Device:
     events: list[DeviceEvent] = field(default_factory=list)
 
 
-def collect_devices(space: xspace_pb2.XSpace) -> list[Device]:
+def collect_devices(space: XSpaceFile) -> list[Device]:
+    """Planes are decoded one at a time (by name, without decoding the others) and let go."""
     devices: list[Device] = []
-    for plane in space.planes:
-        m = _DEVICE_PLANE_RE.match(plane.name)
+    for index, name in enumerate(space.plane_names):
+        m = _DEVICE_PLANE_RE.match(name)
         if m is None:
             continue
-        view = PlaneView(plane)
+        view = space.plane(index)
         if m.group(1) == "TPU":
             devices.append(_tpu_device(view, int(m.group(2))))
         else:
             devices.append(_gpu_device(view, int(m.group(2))))
     if not devices:
-        for plane in space.planes:
-            if plane.name == "/host:CPU":
-                devices.extend(_cpu_devices(PlaneView(plane)))
+        for index, name in enumerate(space.plane_names):
+            if name == "/host:CPU":
+                devices.extend(_cpu_devices(space.plane(index)))
     devices.sort(key=lambda d: (d.kind, d.ordinal))
     return devices
 
@@ -109,7 +109,7 @@ def _tpu_device(view: PlaneView, ordinal: int) -> Device:
     points: list[tuple[int, int]] = []  # (session start, session - device) of every op
     transfers: list[DeviceEvent] = []
     for line_name, transfer in (("XLA Ops", False), ("Async XLA Ops", True)):
-        line = view.line(line_name)
+        line = ops_line if not transfer else view.line(line_name)  # each line decoded once
         if line is None:
             continue
         lane = f"tpu:{ordinal}:{line_name}"
@@ -120,13 +120,13 @@ def _tpu_device(view: PlaneView, ordinal: int) -> Device:
                 ev.exec_key = idx
                 ev.module_key = spans[idx][2]
             dev.events.append(ev)
-            dev_off = None if transfer else int_stat(stats, off_id)
+            dev_off = None if transfer else view.int_stat(stats, off_id)
             if transfer:
                 transfers.append(ev)
             elif dev_off is not None and chip_offset is not None:
                 points.append((start, start - dev_off))
                 ev.start_ps = dev_off + chip_offset
-                dev_dur = int_stat(stats, dur_id)
+                dev_dur = view.int_stat(stats, dur_id)
                 ev.dur_ps = dur if dev_dur is None else dev_dur  # 0 is a real device duration
     if points and chip_offset is not None:
         points.sort()
@@ -192,12 +192,12 @@ def _module_spans(view: PlaneView) -> list[tuple[int, int, str]]:
 
 def _gpu_device(view: PlaneView, ordinal: int) -> Device:
     dev = Device("gpu", ordinal, view.name, SESSION_CLOCK)
-    ids = {k: view.stat_ids.get(k) for k in ("hlo_op", "hlo_module", "program_id")}
-    for line in view.plane.lines:
+    ids = _wanted(view, ("hlo_op", "hlo_module", "program_id"))
+    for line in view.lines():
         sm = _STREAM_RE.search(line.name)
         lane = f"stream:{ordinal}:{sm.group(1) if sm else line.name}"
         for mid, start, dur, stats in view.events(line):
-            values = _pick(view, stats, ids)
+            values = view.pick(stats, ids)
             op = values.get("hlo_op")
             dev.events.append(DeviceEvent(
                 name=str(op) if op else view.event_name(mid),
@@ -207,14 +207,9 @@ def _gpu_device(view: PlaneView, ordinal: int) -> Device:
     return dev
 
 
-def _pick(view: PlaneView, stats, ids: dict[str, int | None]) -> dict[str, object]:
-    wanted = {v: k for k, v in ids.items() if v is not None}
-    out: dict[str, object] = {}
-    for st in stats:
-        key = wanted.get(st.metadata_id)
-        if key is not None:
-            out[key] = view.value(st)
-    return out
+def _wanted(view: PlaneView, names: tuple[str, ...]) -> dict[int, str]:
+    """Stat metadata id -> name for the stats of ``names`` this plane has (resolved once)."""
+    return {view.stat_ids[n]: n for n in names if n in view.stat_ids}
 
 
 def _number_runs(events: list[DeviceEvent]) -> None:
@@ -236,14 +231,13 @@ def _number_runs(events: list[DeviceEvent]) -> None:
 
 
 def _cpu_devices(view: PlaneView) -> list[Device]:
-    ids = {k: view.stat_ids.get(k) for k in
-           ("hlo_op", "hlo_module", "program_id", "run_id", "device_ordinal")}
-    if ids["hlo_op"] is None:
+    ids = _wanted(view, ("hlo_op", "hlo_module", "program_id", "run_id", "device_ordinal"))
+    if "hlo_op" not in view.stat_ids:
         return []
     by_ordinal: dict[int, Device] = {}
-    for line in view.plane.lines:
+    for line in view.lines():
         for mid, start, dur, stats in view.events(line):
-            values = _pick(view, stats, ids)
+            values = view.pick(stats, ids)
             op = values.get("hlo_op")
             if not op:
                 continue

@@ -1,9 +1,13 @@
 """XSpace reader (``.xplane.pb``, written by jax.profiler / XProf) on integer picoseconds.
 
-The file is decoded once with protobuf's upb backend (``ParseFromString``); events are then
-read straight from the decoded messages, without building a Python object per event, because
-a device plane can hold millions of them. What this module adds on top of the raw messages:
+Built for files of hundreds of MB with millions of events, read plane by plane:
 
+- the top-level records are split with a small varint walk (cheap: an XSpace has tens of
+  records), so a plane is decoded only when asked for, and dropped when its view is;
+- a plane is decoded without its lines (the metadata tables, as a real ``XPlane``); each
+  line is decoded on its own when iterated, with a line schema whose event stats stay raw
+  bytes: the stats of an event are decoded only when asked for, through a per-plane cache
+  keyed by those bytes (most stats, e.g. ``ref_value`` op names, repeat);
 - event time = ``line.timestamp_ns * 1000 + event.offset_ps`` as an integer (the session
   clock: files written by jax.profiler are normalised to the profile start);
 - stat values with ``ref_value`` resolved to the referenced stat metadata's name;
@@ -16,10 +20,10 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Union
 
+from google.protobuf import descriptor_pb2, message_factory
 from google.protobuf.message import DecodeError
 
 from chakra_hooks.errors import TraceFormatError
@@ -30,30 +34,53 @@ StatValue = Union[int, float, str, bytes]
 SESSION_CLOCK = "xspace session (line timestamp_ns*1000 + offset_ps, ps since profile start)"
 DEVICE_OPS_LINE = "XLA Ops"
 
-
-def read_xspace(path: Path | str) -> xspace_pb2.XSpace:
-    """Decode a whole ``.xplane.pb``; a damaged or foreign file raises one TraceFormatError."""
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as err:
-        raise TraceFormatError(path, "open", f"a readable .xplane.pb file ({err.strerror})") from None
-    return parse_xspace(data, path)
+_PLANE_FIELD, _LINES_FIELD = 1, 3
+_STAT_CACHE_LIMIT = 1 << 18  # distinct stat byte strings remembered per plane
 
 
-def parse_xspace(data: bytes, path: Path | str = "<bytes>") -> xspace_pb2.XSpace:
-    space = xspace_pb2.XSpace()
-    try:
-        space.ParseFromString(data)
-    except DecodeError as err:
-        where, what = _locate_damage(data)
-        raise TraceFormatError(path, where, f"{what} (decoder: {err})") from None
-    if not space.planes:
-        raise TraceFormatError(path, f"byte 0 of {len(data)}", "an XSpace with at least one plane")
-    return space
+def _line_schema():
+    """``XLine`` as in xspace.proto, but with each event's stats kept as raw bytes.
+
+    Declared in the private pool of xspace_pb2 (never the default pool), at import."""
+    F = descriptor_pb2.FieldDescriptorProto
+    fd = descriptor_pb2.FileDescriptorProto(name="xspace_lines.proto", syntax="proto3",
+                                            package="chakra_hooks.xspace_lines")
+    ev = fd.message_type.add(name="RawStatsEvent")
+    ev.oneof_decl.add(name="data")
+    for name, num, typ, rep, oneof in (("metadata_id", 1, F.TYPE_INT64, False, False),
+                                       ("offset_ps", 2, F.TYPE_INT64, False, True),
+                                       ("num_occurrences", 5, F.TYPE_INT64, False, True),
+                                       ("duration_ps", 3, F.TYPE_INT64, False, False),
+                                       ("stats", 4, F.TYPE_BYTES, True, False)):
+        f = ev.field.add(name=name, number=num, type=typ,
+                         label=F.LABEL_REPEATED if rep else F.LABEL_OPTIONAL)
+        if oneof:
+            f.oneof_index = 0
+    line = fd.message_type.add(name="RawStatsLine")
+    for name, num, typ in (("id", 1, F.TYPE_INT64), ("display_id", 10, F.TYPE_INT64),
+                           ("name", 2, F.TYPE_STRING), ("display_name", 11, F.TYPE_STRING),
+                           ("timestamp_ns", 3, F.TYPE_INT64), ("duration_ps", 9, F.TYPE_INT64)):
+        line.field.add(name=name, number=num, type=typ, label=F.LABEL_OPTIONAL)
+    line.field.add(name="events", number=4, type=F.TYPE_MESSAGE, label=F.LABEL_REPEATED,
+                   type_name=".chakra_hooks.xspace_lines.RawStatsEvent")
+    # Only the name (field 2 of both XPlane and XLine), to find planes and lines without
+    # decoding them in Python (upb skips the other fields as unknown, at C speed).
+    head = fd.message_type.add(name="NameOnly")
+    head.field.add(name="name", number=2, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    pool = xspace_pb2.DESCRIPTOR.pool
+    pool.AddSerializedFile(fd.SerializeToString())
+    return tuple(message_factory.GetMessageClass(pool.FindMessageTypeByName(f"chakra_hooks.xspace_lines.{n}"))
+                 for n in ("RawStatsLine", "NameOnly"))
 
 
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+RawStatsLine, _NameOnly = _line_schema()
+
+
+# ---------------------------------------------------------------------------------------------
+# Splitting length-delimited records without decoding them
+
+
+def _read_varint(data, pos: int) -> tuple[int, int]:
     value = shift = 0
     while True:
         if pos >= len(data):
@@ -66,59 +93,196 @@ def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def _locate_damage(data: bytes) -> tuple[str, str]:
-    """Walk the top-level records (planes, hostnames, ...) to say where the damage starts.
-
-    Only the few top-level records are visited, so this is cheap even for large files."""
-    pos = record = 0
-    while pos < len(data):
-        start = pos
+def _fields(data, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
+    """(field number, record start, payload start, payload end) of each field in data[start:end];
+    raises ValueError(offset, what) on damage. Payload = the value bytes for wire type 2."""
+    pos = start
+    while pos < end:
+        rec = pos
         try:
             tag, pos = _read_varint(data, pos)
             wire = tag & 7
             if wire == 2:
                 length, pos = _read_varint(data, pos)
-                if pos + length > len(data):
-                    return (f"top-level record {record} at byte {start}",
-                            f"{length} bytes of field {tag >> 3}, but the file ends after "
-                            f"{len(data) - pos} (truncated?)")
+                if pos + length > end:
+                    raise ValueError(rec, f"{length} bytes of field {tag >> 3}, but the record ends after "
+                                          f"{end - pos} (truncated?)")
+                yield tag >> 3, rec, pos, pos + length
                 pos += length
-            elif wire == 0:
+                continue
+            if wire == 0:
                 _, pos = _read_varint(data, pos)
+            elif wire in (1, 5):
+                pos += 8 if wire == 1 else 4
             else:
-                return f"top-level record {record} at byte {start}", f"an XSpace field, got wire type {wire}"
+                raise ValueError(rec, f"an XSpace field, got wire type {wire}")
         except IndexError:
-            return f"top-level record {record} at byte {start}", "a complete varint (truncated?)"
-        record += 1
-    return f"inside one of {record} top-level records", "a well-formed XSpace plane"
+            raise ValueError(rec, "a complete varint (truncated?)") from None
+        if pos > end:
+            raise ValueError(rec, "a complete fixed-size field (truncated?)")
+        yield tag >> 3, rec, pos, pos
 
 
-@dataclass(slots=True)
+# ---------------------------------------------------------------------------------------------
+# The file
+
+
+class XSpaceFile:
+    """A read ``.xplane.pb``: its raw bytes and where each plane record lies in them.
+
+    ``planes`` iterates :class:`PlaneView` objects decoded one at a time; ``plane_names`` is
+    known without decoding any plane."""
+
+    __slots__ = ("path", "data", "spans", "plane_names")
+
+    def __init__(self, data: bytes, path: Path | str = "<bytes>") -> None:
+        self.path = path
+        self.data = data
+        self.spans: list[tuple[int, int]] = []
+        self.plane_names: list[str] = []
+        view = memoryview(data)
+        record = 0
+        try:
+            for num, rec, a, b in _fields(view, 0, len(data)):
+                if num == _PLANE_FIELD:
+                    self.spans.append((a, b))
+                record += 1
+        except ValueError as err:
+            offset, what = err.args
+            raise TraceFormatError(path, f"top-level record {record} at byte {offset}", what) from None
+        for index, (a, b) in enumerate(self.spans):
+            try:
+                self.plane_names.append(_NameOnly.FromString(view[a:b]).name)
+            except DecodeError as err:
+                raise TraceFormatError(path, f"plane {index} at byte {a}", f"a well-formed XPlane (decoder: {err})") from None
+        if not self.spans:
+            raise TraceFormatError(path, f"byte 0 of {len(data)}", "an XSpace with at least one plane")
+
+    @property
+    def planes(self) -> Iterator[PlaneView]:
+        return (self.plane(i) for i in range(len(self.spans)))
+
+    def plane(self, index: int) -> PlaneView:
+        return PlaneView.decode(self, index)
+
+
+def read_xspace(path: Path | str) -> XSpaceFile:
+    """Open a ``.xplane.pb``; a damaged or foreign file raises one TraceFormatError."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise TraceFormatError(path, "open", f"a readable .xplane.pb file ({err.strerror})") from None
+    return parse_xspace(data, path)
+
+
+def parse_xspace(data: bytes, path: Path | str = "<bytes>") -> XSpaceFile:
+    return XSpaceFile(data, path)
+
+
+def planes(space: XSpaceFile) -> Iterator[PlaneView]:
+    return space.planes
+
+
+def find_plane(space: XSpaceFile, name: str) -> PlaneView | None:
+    for i, plane_name in enumerate(space.plane_names):
+        if plane_name == name:
+            return space.plane(i)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# One plane
+
+_VARINT_STATS = {0x18: "uint64_value", 0x20: "int64_value", 0x38: "ref_value"}  # tags, id 1 first
+_U64 = (1 << 64) - 1
+
+
 class PlaneView:
-    """One plane with its metadata tables indexed for fast lookups.
+    """One plane: its metadata tables (``plane``, an ``XPlane`` without lines) indexed for fast
+    lookups, and its lines, decoded one at a time by :meth:`lines` / :meth:`line`.
 
-    Events are yielded as ``(metadata_id, start_ps, duration_ps, stats)`` tuples; ``stats`` is
-    the raw repeated XStat, to be resolved with :meth:`stats` only for the events that need it.
+    Events are yielded as ``(metadata_id, start_ps, duration_ps, stats)`` tuples; ``stats`` are
+    the event's raw XStat records (bytes), to be resolved with :meth:`stats`, :meth:`pick` or
+    :meth:`int_stat` only for the events that need them.
     """
 
-    plane: xspace_pb2.XPlane
-    name: str = ""
-    stat_names: dict[int, str] = field(default_factory=dict)
-    stat_ids: dict[str, int] = field(default_factory=dict)
-    _meta_stats: dict[int, dict[str, StatValue]] = field(default_factory=dict)
+    __slots__ = ("plane", "name", "stat_names", "stat_ids", "path", "where", "_data", "_line_spans",
+                 "_line_names", "_meta_stats", "_raw_cache")
 
-    def __post_init__(self) -> None:
-        self.name = self.plane.name
-        self.stat_names = {k: v.name for k, v in self.plane.stat_metadata.items()}
+    def __init__(self, plane: xspace_pb2.XPlane, data=None, line_spans: list[tuple[int, int]] | None = None,
+                 path: Path | str = "<bytes>", where: str = "plane") -> None:
+        self.plane = plane
+        self.name = plane.name
+        self.stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
         self.stat_ids = {v: k for k, v in self.stat_names.items()}
+        self.path, self.where = path, where
+        if data is None:  # a plane message built in memory: its lines are re-read from bytes
+            data = memoryview(xspace_pb2.XPlane(lines=plane.lines).SerializeToString())
+            line_spans = [(a, b) for num, _, a, b in _fields(data, 0, len(data)) if num == _LINES_FIELD]
+        self._data = data
+        self._line_spans = line_spans or []
+        self._line_names: list[str] | None = None
+        self._meta_stats: dict[int, dict[str, StatValue]] = {}
+        self._raw_cache: dict[bytes, tuple[int, str | None, object]] = {}
 
-    def line(self, name: str) -> xspace_pb2.XLine | None:
-        for line in self.plane.lines:
-            if line.name == name:
-                return line
+    @classmethod
+    def decode(cls, space: XSpaceFile, index: int) -> PlaneView:
+        """Plane ``index`` of ``space``: metadata decoded now, lines located but left as bytes."""
+        data = memoryview(space.data)
+        start, end = space.spans[index]
+        where = f"plane {index} ({space.plane_names[index]!r}) at byte {start}"
+        lines: list[tuple[int, int]] = []
+        rest: list[memoryview] = []
+        try:
+            for num, rec, a, b in _fields(data, start, end):
+                if num == _LINES_FIELD:
+                    lines.append((a, b))
+                else:
+                    rest.append(data[rec:b])
+            plane = xspace_pb2.XPlane.FromString(b"".join(rest))
+        except ValueError as err:
+            raise TraceFormatError(space.path, f"{where}, byte {err.args[0]}", err.args[1]) from None
+        except DecodeError as err:
+            raise TraceFormatError(space.path, where, f"a well-formed XPlane (decoder: {err})") from None
+        return cls(plane, data, lines, space.path, where)
+
+    # -- lines ---------------------------------------------------------------------------
+
+    def line_names(self) -> list[str]:
+        if self._line_names is None:
+            names = []
+            for i in range(len(self._line_spans)):
+                a, b = self._line_spans[i]
+                try:
+                    names.append(_NameOnly.FromString(self._data[a:b]).name)
+                except DecodeError as err:
+                    raise TraceFormatError(self.path, f"{self.where}, line {i} at byte {a}",
+                                           f"a well-formed XLine (decoder: {err})") from None
+            self._line_names = names
+        return self._line_names
+
+    def lines(self) -> Iterator[RawStatsLine]:
+        """Every line, decoded when reached (let it go before the next to keep memory low)."""
+        for i in range(len(self._line_spans)):
+            yield self._line(i)
+
+    def line(self, name: str) -> RawStatsLine | None:
+        """The first line called ``name``."""
+        for i, line_name in enumerate(self.line_names()):
+            if line_name == name:
+                return self._line(i)
         return None
 
-    def events(self, line: xspace_pb2.XLine) -> Iterator[tuple[int, int, int, object]]:
+    def _line(self, i: int) -> RawStatsLine:
+        a, b = self._line_spans[i]
+        try:
+            return RawStatsLine.FromString(self._data[a:b])
+        except DecodeError as err:
+            raise TraceFormatError(self.path, f"{self.where}, line {i} at byte {a}",
+                                   f"a well-formed XLine (decoder: {err})") from None
+
+    def events(self, line: RawStatsLine) -> Iterator[tuple[int, int, int, object]]:
         base = line.timestamp_ns * 1000
         for ev in line.events:
             yield ev.metadata_id, base + ev.offset_ps, ev.duration_ps, ev.stats
@@ -130,42 +294,132 @@ class PlaneView:
         md = self.plane.event_metadata[metadata_id]
         return md.display_name or md.name
 
+    # -- stats ---------------------------------------------------------------------------
+
     def value(self, stat: xspace_pb2.XStat) -> StatValue | None:
+        """The value of a decoded XStat (metadata and plane stats)."""
         kind = stat.WhichOneof("value")
-        if kind is None:
-            return None
+        return self._resolve(kind, getattr(stat, kind) if kind is not None else None)
+
+    def _resolve(self, kind: str | None, value: object) -> StatValue | None:
         if kind == "ref_value":
-            return self.stat_names.get(stat.ref_value, "")
+            return self.stat_names.get(value, "")
         if kind == "compressed_str_value":
-            return _decompress(stat.compressed_str_value)
-        return getattr(stat, kind)
+            return _decompress(value)
+        return value
+
+    def raw_stat(self, raw: bytes) -> tuple[int, str, StatValue | None, int]:
+        """(stat metadata id, stat name, resolved value, value as int_stat gives it) of one raw
+        XStat record; cached per plane, since most stats repeat (op names, modules, ...)."""
+        hit = self._raw_cache.get(raw)
+        return hit if hit is not None else self._stat_miss(raw)
+
+    def _stat_miss(self, raw: bytes) -> tuple[int, str, StatValue | None, int]:
+        n = len(raw)
+        if 4 <= n <= 13 and raw[0] == 0x08 and raw[1] < 0x80 and raw[2] in _VARINT_STATS:
+            # Fast path, inline (this runs for every stat whose value is new, e.g. ids):
+            # the usual layout, id < 128 then one varint (ints and ref_value).
+            value = raw[3]
+            pos = 3
+            if value >= 0x80:
+                value &= 0x7F
+                shift = 7
+                for pos in range(4, n):
+                    byte = raw[pos]
+                    value |= (byte & 0x7F) << shift
+                    shift += 7
+                    if byte < 0x80:
+                        break
+            if pos == n - 1 and raw[pos] < 0x80:  # exactly one varint, ending the record
+                sid, kind = raw[1], _VARINT_STATS[raw[2]]
+                if kind == "ref_value":
+                    resolved = self.stat_names.get(value & _U64, "")
+                    hit = (sid, self._stat_name(sid), resolved, 0)
+                else:
+                    value &= _U64
+                    if kind == "int64_value" and value >= 1 << 63:
+                        value -= 1 << 64
+                    hit = (sid, self._stat_name(sid), value, value)
+                if len(self._raw_cache) < _STAT_CACHE_LIMIT:
+                    self._raw_cache[raw] = hit
+                return hit
+        sid, kind, value = _decode_stat(raw, self.path, self.where)
+        hit = (sid, self._stat_name(sid), self._resolve(kind, value), int(value) if kind in _NUMERIC else 0)
+        if len(self._raw_cache) < _STAT_CACHE_LIMIT:
+            self._raw_cache[raw] = hit
+        return hit
+
+    def _stat_name(self, sid: int) -> str:
+        names = self.stat_names
+        return names[sid] if sid in names else str(sid)
 
     def stats(self, stats) -> dict[str, StatValue]:
-        """Resolve a repeated XStat into {name: value} (ref_value becomes the referenced name)."""
-        names = self.stat_names
+        """Resolve an event's raw stats into {name: value} (ref_value becomes the referenced name)."""
+        get, miss = self._raw_cache.get, self._stat_miss
         out: dict[str, StatValue] = {}
-        for st in stats:  # inlined value(): this runs for every stat of every event read
-            kind = st.WhichOneof("value")
-            if kind == "ref_value":
-                value: StatValue | None = names.get(st.ref_value, "")
-            elif kind is None or kind == "compressed_str_value":
-                value = self.value(st)
-            else:
-                value = getattr(st, kind)
-            key = st.metadata_id
-            out[names[key] if key in names else str(key)] = value
+        for raw in stats:  # runs for every stat of every event read: kept flat
+            hit = get(raw) or miss(raw)
+            out[hit[1]] = hit[2]
         return out
+
+    def pick(self, stats, wanted: dict[int, str]) -> dict[str, StatValue | None]:
+        """{wanted name: value} of the stats whose metadata id is a key of ``wanted``.
+
+        Stats of other ids are skipped without decoding when their id is the usual first
+        byte pair (``08 <id < 128>``)."""
+        get, miss = self._raw_cache.get, self._stat_miss
+        out: dict[str, StatValue | None] = {}
+        for raw in stats:
+            if len(raw) > 1 and raw[0] == 0x08 and raw[1] < 0x80 and raw[1] not in wanted:
+                continue
+            hit = get(raw) or miss(raw)
+            name = wanted.get(hit[0])
+            if name is not None:
+                out[name] = hit[2]
+        return out
+
+    def int_stat(self, stats, stat_id: int | None) -> int | None:
+        """The integer value of stat ``stat_id`` among an event's raw stats, or None when absent."""
+        if stat_id is None:
+            return None
+        get, miss = self._raw_cache.get, self._stat_miss
+        for raw in stats:
+            if len(raw) > 1 and raw[0] == 0x08 and raw[1] < 0x80 and raw[1] != stat_id:
+                continue
+            hit = get(raw) or miss(raw)
+            if hit[0] == stat_id:
+                return hit[3]
+        return None
+
+    def message_stats(self, stats) -> dict[str, StatValue]:
+        """Resolve a repeated (decoded) XStat into {name: value}."""
+        names = self.stat_names
+        return {names[st.metadata_id] if st.metadata_id in names else str(st.metadata_id): self.value(st)
+                for st in stats}
 
     def metadata_stats(self, metadata_id: int) -> dict[str, StatValue]:
         """Stats stored once on the event metadata (TPU: flops, bytes_accessed, ...), cached."""
         cached = self._meta_stats.get(metadata_id)
         if cached is None:
-            cached = self.stats(self.plane.event_metadata[metadata_id].stats)
+            cached = self.message_stats(self.plane.event_metadata[metadata_id].stats)
             self._meta_stats[metadata_id] = cached
         return cached
 
     def plane_stats(self) -> dict[str, StatValue]:
-        return self.stats(self.plane.stats)
+        return self.message_stats(self.plane.stats)
+
+
+_NUMERIC = ("int64_value", "uint64_value", "double_value")
+
+
+def _decode_stat(raw: bytes, path, where: str) -> tuple[int, str | None, object]:
+    """(metadata id, oneof kind, unresolved value) of one serialized XStat, decoded by upb."""
+    try:
+        stat = xspace_pb2.XStat.FromString(raw)
+    except DecodeError as err:
+        raise TraceFormatError(path, where, f"a well-formed XStat (decoder: {err})") from None
+    kind = stat.WhichOneof("value")
+    return stat.metadata_id, kind, getattr(stat, kind) if kind is not None else None
 
 
 def _decompress(raw: bytes) -> str:
@@ -176,18 +430,7 @@ def _decompress(raw: bytes) -> str:
         return raw.decode("utf-8", "replace")
 
 
-def planes(space: xspace_pb2.XSpace) -> list[PlaneView]:
-    return [PlaneView(p) for p in space.planes]
-
-
-def find_plane(space: xspace_pb2.XSpace, name: str) -> PlaneView | None:
-    for p in space.planes:
-        if p.name == name:
-            return PlaneView(p)
-    return None
-
-
-def device_clock_offset(view: PlaneView, line: xspace_pb2.XLine) -> int | None:
+def device_clock_offset(view: PlaneView, line: RawStatsLine) -> int | None:
     """Session-clock minus chip-clock offset for a TPU plane, in ps, or None without device times.
 
     Every TPU op carries ``device_offset_ps`` (the chip's counter) next to its session-clock
@@ -198,34 +441,28 @@ def device_clock_offset(view: PlaneView, line: xspace_pb2.XLine) -> int | None:
     if sid is None:
         return None
     diffs: list[int] = []
-    base = line.timestamp_ns * 1000
-    for ev in line.events:
-        for st in ev.stats:
-            if st.metadata_id == sid:
-                diffs.append(base + ev.offset_ps - _int_value(st))
-                break
+    for _, start, _, stats in view.events(line):
+        dev_off = view.int_stat(stats, sid)
+        if dev_off is not None:
+            diffs.append(start - dev_off)
     if not diffs:
         return None
     diffs.sort()
     return diffs[len(diffs) // 2]
 
 
-def _int_value(stat: xspace_pb2.XStat) -> int:
-    kind = stat.WhichOneof("value")
-    return int(getattr(stat, kind)) if kind in ("int64_value", "uint64_value", "double_value") else 0
-
-
 def int_stat(stats, stat_id: int | None) -> int | None:
-    """The integer value of stat ``stat_id`` in a repeated XStat, or None when absent."""
+    """The integer value of stat ``stat_id`` in a repeated (decoded) XStat, or None when absent."""
     if stat_id is None:
         return None
     for st in stats:
         if st.metadata_id == stat_id:
-            return _int_value(st)
+            kind = st.WhichOneof("value")
+            return int(getattr(st, kind)) if kind in _NUMERIC else 0
     return None
 
 
-def profile_start_ns(space: xspace_pb2.XSpace) -> int | None:
+def profile_start_ns(space: XSpaceFile) -> int | None:
     """Epoch start of the session (``Task Environment`` plane's ``profile_start_time``)."""
     env = find_plane(space, "Task Environment")
     if env is None:

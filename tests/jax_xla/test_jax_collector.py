@@ -109,7 +109,7 @@ def test_steps_are_annotated(captured: tuple[Path, str]) -> None:
     [xplane] = _manifest(outdir)["files"]["xspace"]
     cpu = xspace.find_plane(xspace.read_xspace(outdir / xplane), "/host:CPU")
     steps = []
-    for line in cpu.plane.lines:
+    for line in cpu.lines():
         for mid, _, _, stats in cpu.events(line):
             if cpu.event_name(mid) == "train":
                 steps.append(int(cpu.stats(stats)["step_num"]))

@@ -12,7 +12,7 @@ np = pytest.importorskip("numpy")
 from chakra_hooks.convert import convert_paths
 from chakra_hooks.converter import etio, graph, validate
 from chakra_hooks.errors import TraceFormatError
-from chakra_hooks.linker import xla_discover, xla_link, xspace
+from chakra_hooks.linker import xla_discover, xla_link, xspace, xspace_pb2
 from chakra_hooks.linker.model import CommType, EdgeKind, LinkedTrace, OpKind
 from chakra_hooks.linker.sources import RankJob
 
@@ -66,11 +66,13 @@ def test_manifest_device_ids_become_ranks(corpus: Path) -> None:
 
 
 def test_tpu_durations_are_device_durations(corpus: Path, tpu_traces: list[LinkedTrace]) -> None:
-    space = xspace.read_xspace(corpus / TPU)
+    # checked against a plain full decode with the generated classes, not our reader
+    space = xspace_pb2.XSpace.FromString((corpus / TPU).read_bytes())
     for t in tpu_traces:
-        view = xspace.find_plane(space, f"/device:TPU:{t.rank}")
-        dur_id = view.stat_ids["device_duration_ps"]
-        expected = Counter(xspace.int_stat(ev.stats, dur_id) for ev in view.line("XLA Ops").events)
+        [plane] = [p for p in space.planes if p.name == f"/device:TPU:{t.rank}"]
+        dur_id = next(k for k, v in plane.stat_metadata.items() if v.name == "device_duration_ps")
+        [line] = [ln for ln in plane.lines if ln.name == "XLA Ops"]
+        expected = Counter(xspace.int_stat(ev.stats, dur_id) for ev in line.events)
         ops = [op for op in t.ops if op.lane.endswith(":XLA Ops")]
         got = Counter(op.dur_ps for op in ops)
         # a collective-permute would split; here one op per event

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,8 @@ GPU = "jax_xla/mi300x_jax_conv.xplane.pb"
 
 def test_tpu_planes_and_op_counts(corpus: Path) -> None:
     space = xspace.read_xspace(corpus / TPU)
-    names = [p.name for p in space.planes]
+    names = space.plane_names
+    assert names == [p.name for p in space.planes]
     for n in range(4):
         assert f"/device:TPU:{n}" in names
     assert "/host:CPU" in names and "Task Environment" in names
@@ -29,7 +31,7 @@ def test_tpu_planes_and_op_counts(corpus: Path) -> None:
 def test_event_time_is_integer_line_timestamp_plus_offset(corpus: Path) -> None:
     space = xspace.read_xspace(corpus / GPU)
     view = xspace.find_plane(space, "/device:GPU:0")
-    line = view.plane.lines[0]
+    line = next(view.lines())
     events = list(view.events(line))
     raw = line.events[0]
     assert events[0][1] == line.timestamp_ns * 1000 + raw.offset_ps
@@ -41,13 +43,15 @@ def test_ref_values_resolve_to_stat_metadata_names(corpus: Path) -> None:
     view = xspace.find_plane(space, "/device:GPU:1")
     hlo_op_id = view.stat_ids["hlo_op"]
     seen = False
-    for _, _, _, stats in view.events(view.plane.lines[0]):
-        refs = [st for st in stats if st.metadata_id == hlo_op_id]
+    for _, _, _, stats in view.events(next(view.lines())):
+        refs = [xspace_pb2.XStat.FromString(raw) for raw in stats]
+        refs = [st for st in refs if st.metadata_id == hlo_op_id]
         if refs:
             assert refs[0].WhichOneof("value") == "ref_value"
             resolved = view.stats(stats)
             assert resolved["hlo_op"] == view.stat_names[refs[0].ref_value]
             assert isinstance(resolved["hlo_op"], str) and resolved["hlo_op"]
+            assert view.pick(stats, {hlo_op_id: "op"}) == {"op": resolved["hlo_op"]}
             seen = True
     assert seen
 
@@ -60,9 +64,13 @@ def test_tpu_metadata_stats_and_device_clock_offset(corpus: Path) -> None:
     meta = view.metadata_stats(mid)
     assert {"flops", "bytes_accessed", "program_id"} <= set(meta)
     offset = xspace.device_clock_offset(view, line)
+    # the expectation comes from a plain full decode with the generated classes
+    [full] = [p for p in xspace_pb2.XSpace.FromString((corpus / TPU).read_bytes()).planes
+              if p.name == "/device:TPU:0"]
+    [full_line] = [ln for ln in full.lines if ln.name == "XLA Ops"]
     diffs = sorted(
-        line.timestamp_ns * 1000 + ev.offset_ps
-        - xspace.int_stat(ev.stats, view.stat_ids["device_offset_ps"]) for ev in line.events)
+        full_line.timestamp_ns * 1000 + ev.offset_ps
+        - xspace.int_stat(ev.stats, view.stat_ids["device_offset_ps"]) for ev in full_line.events)
     assert offset == diffs[len(diffs) // 2]
 
 
@@ -85,13 +93,14 @@ def _space_with_big_times() -> xspace_pb2.XSpace:
 
 
 def test_picoseconds_stay_exact_beyond_float_precision() -> None:
-    space = xspace.parse_xspace(_space_with_big_times().SerializeToString())
-    view = xspace.PlaneView(space.planes[0])
-    [(mid, start, dur, stats)] = list(view.events(view.plane.lines[0]))
-    assert start == 1_795_307_354_765_663_656 * 1000 + 123_456_789_012_345
-    assert float(start) != start  # would have been rounded as a float
-    assert dur == 7 and view.event_name(mid) == "kernel"
-    assert view.stats(stats) == {"hlo_op": "fusion.7", "flops": 42}
+    message = _space_with_big_times()
+    space = xspace.parse_xspace(message.SerializeToString())
+    for view in (space.plane(0), xspace.PlaneView(message.planes[0])):  # from a file, in memory
+        [(mid, start, dur, stats)] = list(view.events(next(view.lines())))
+        assert start == 1_795_307_354_765_663_656 * 1000 + 123_456_789_012_345
+        assert float(start) != start  # would have been rounded as a float
+        assert dur == 7 and view.event_name(mid) == "kernel"
+        assert view.stats(stats) == {"hlo_op": "fusion.7", "flops": 42}
 
 
 def test_truncated_file_is_a_one_line_error(corpus: Path, tmp_path: Path) -> None:
@@ -123,3 +132,126 @@ def test_private_descriptor_pool() -> None:
 
     with pytest.raises(KeyError):
         descriptor_pool.Default().FindMessageTypeByName("chakra_hooks.xspace.XSpace")
+
+
+def _full_stats(plane: xspace_pb2.XPlane, stats) -> dict:
+    """Reference resolution of decoded XStat messages, written independently of the reader."""
+    names = {k: v.name for k, v in plane.stat_metadata.items()}
+    out = {}
+    for st in stats:
+        kind = st.WhichOneof("value")
+        value = getattr(st, kind) if kind else None
+        if kind == "ref_value":
+            value = names.get(value, "")
+        elif kind == "compressed_str_value":
+            value = zlib.decompress(value).decode()
+        out[names.get(st.metadata_id, str(st.metadata_id))] = value
+    return out
+
+
+@pytest.mark.parametrize("name", [TPU, GPU])
+def test_every_event_agrees_with_a_full_decode(corpus: Path, name: str) -> None:
+    """Plane by plane, line by line, event by event: the lazy reader (lines decoded on demand,
+    stats kept as bytes and decoded through a cache) gives what a full ParseFromString gives."""
+    data = (corpus / name).read_bytes()
+    full = xspace_pb2.XSpace.FromString(data)
+    space = xspace.parse_xspace(data, corpus / name)
+    assert space.plane_names == [p.name for p in full.planes]
+    checked = 0
+    for view, plane in zip(space.planes, full.planes, strict=True):
+        assert view.plane_stats() == _full_stats(plane, plane.stats)
+        assert view.line_names() == [ln.name for ln in plane.lines]
+        for line, full_line in zip(view.lines(), plane.lines, strict=True):
+            got = [(m, s, d, view.stats(st)) for m, s, d, st in view.events(line)]
+            base = full_line.timestamp_ns * 1000
+            want = [(e.metadata_id, base + e.offset_ps, e.duration_ps, _full_stats(plane, e.stats))
+                    for e in full_line.events]
+            assert got == want
+            checked += len(want)
+    assert checked > 1_000
+
+
+def test_stat_values_of_every_kind() -> None:
+    """The fast path (id, then one varint) and the fallback (anything else) decode alike."""
+    space = xspace_pb2.XSpace()
+    plane = space.planes.add(id=1, name="p")
+    for sid in (1, 200, 300):
+        plane.stat_metadata[sid].name = f"s{sid}"
+    plane.event_metadata[1].name = "e"
+    ev = plane.lines.add(name="l", timestamp_ns=5).events.add(metadata_id=1, offset_ps=3, duration_ps=4)
+    values = [("int64_value", -5), ("int64_value", -(2**63)), ("int64_value", 2**63 - 1),
+              ("uint64_value", 2**64 - 1), ("uint64_value", 0), ("double_value", 2.5),
+              ("str_value", "hé"), ("bytes_value", b"\x00\xff"), ("ref_value", 200),
+              ("ref_value", 999), ("compressed_str_value", zlib.compress(b"long text"))]
+    expected = []
+    for sid in (1, 200, 0):
+        for kind, value in values:
+            st = ev.stats.add(metadata_id=sid, **{kind: value})
+            expected.append((sid, _full_stats(plane, [st])))
+    ev.stats.add()  # no id, no value: an empty record
+    expected.append((0, {"0": None}))
+    view = xspace.parse_xspace(space.SerializeToString()).plane(0)
+    [(_, start, _, stats)] = list(view.events(view.line("l")))
+    assert view.pick(stats, {1: "a", 300: "b"}) == {"a": expected[len(values) - 1][1]["s1"]}
+    assert start == 5003 and len(stats) == len(expected)
+    for raw, (sid, want) in zip(stats, expected):
+        assert view.stats([raw]) == want
+        assert view.stats([raw]) == want  # second time from the cache
+        [value] = want.values()
+        numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+        kind = xspace_pb2.XStat.FromString(raw).WhichOneof("value")
+        assert view.int_stat([raw], sid) == (int(value) if numeric and kind != "ref_value" else 0)
+
+
+def test_damaged_plane_is_a_one_line_error(tmp_path: Path) -> None:
+    space = _space_with_big_times()
+    good = space.SerializeToString()
+    plane = space.planes[0].SerializeToString()
+    # same length, but the plane's name field now claims a wire type that does not exist
+    bad_plane = plane.replace(b"\x12\x0d/device:GPU:0", b"\x17\x0d/device:GPU:0")
+    assert bad_plane != plane
+    bad = tmp_path / "bad.xplane.pb"
+    bad.write_bytes(good.replace(plane, bad_plane))
+    with pytest.raises(TraceFormatError) as err:
+        xspace.read_xspace(bad).plane(0)
+    assert "\n" not in str(err.value) and "plane 0" in str(err.value) and str(bad) in str(err.value)
+    # damage inside a line is found when the line is decoded
+    line = space.planes[0].lines[0].SerializeToString()
+    event = space.planes[0].lines[0].events[0].SerializeToString()
+    bad.write_bytes(good.replace(line, line.replace(event, b"\x0f" + event[1:])))
+    view = xspace.read_xspace(bad).plane(0)
+    with pytest.raises(TraceFormatError) as err:
+        list(view.lines())
+    assert "\n" not in str(err.value) and "line 0" in str(err.value) and str(bad) in str(err.value)
+
+
+def test_line_named_twice_is_found_by_its_decoded_name() -> None:
+    """A name field repeated after the events (legal protobuf, last one wins) is honoured."""
+    space = _space_with_big_times()
+    line = space.planes[0].lines.add(name="first", timestamp_ns=1)
+    line.events.add(metadata_id=5, offset_ps=1)
+    data = bytearray(space.SerializeToString())
+    renamed = xspace_pb2.XLine(name="second").SerializeToString()
+    # append "name: second" to the plane's second line, re-framing the lengths around it
+    plane = space.planes[0]
+    lines = [ln.SerializeToString() for ln in plane.lines]
+    lines[1] += renamed
+    body = xspace_pb2.XPlane(id=plane.id, name=plane.name, event_metadata=plane.event_metadata,
+                             stat_metadata=plane.stat_metadata).SerializeToString()
+    for raw in lines:
+        body += b"\x1a" + _varint(len(raw)) + raw
+    data = b"\x0a" + _varint(len(body)) + body
+    full = xspace_pb2.XSpace.FromString(data)
+    assert [ln.name for ln in full.planes[0].lines] == ["Stream #1(Kernel)", "second"]
+    view = xspace.parse_xspace(data).plane(0)
+    assert view.line("first") is None
+    assert view.line("second").timestamp_ns == 1
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
