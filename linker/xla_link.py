@@ -139,6 +139,10 @@ class _DeviceLinker:
     placed: list[_Placed] = field(default_factory=list)
     text_modules: dict[str, hlo.HloModule] = field(default_factory=dict)
     runs: dict[str, list[object]] = field(default_factory=dict)  # module -> exec keys in order
+    has_transfers: bool = False  # the device has Async XLA Ops transfer spans (set in link())
+    # (id(module), id(instruction)) -> (module, instruction, outputs JSON, inputs JSON or None):
+    # every run of an instruction has the same shapes, so they are turned into JSON once
+    io_json: dict[tuple[int, int], tuple] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         dev = self.dev
@@ -149,6 +153,7 @@ class _DeviceLinker:
     def link(self) -> LinkedTrace:
         # At equal starts a transfer follows the copy-start that issues it (uids = this order).
         self.dev.events.sort(key=lambda e: (e.start_ps, e.transfer, e.lane))
+        self.has_transfers = any(e.transfer for e in self.dev.events)  # once, not per copy-start
         matched = 0
         for ev in self.dev.events:
             module, inst = self._resolve(ev)
@@ -195,7 +200,7 @@ class _DeviceLinker:
     def _make_ops(self, ev: DeviceEvent, module: hlo.HloModule | None, inst: hlo.Instruction | None) -> list[int]:
         if inst is None or module is None:
             return [self._new_op(ev, OpKind.COMPUTE).uid]
-        if ev.transfer or (inst.opcode == "copy-start" and not self._has_transfers()):
+        if ev.transfer or (inst.opcode == "copy-start" and not self.has_transfers):
             direction = hlo.host_offload_direction(module, inst)
             if direction is not None:
                 op = self._new_op(ev, OpKind.MEM_LOAD if direction == "load" else OpKind.MEM_STORE,
@@ -217,9 +222,6 @@ class _DeviceLinker:
             op.attrs["_group"] = list(group)  # replaced by a group id once all devices are linked
         self._describe(op, module, inst)
         return [op.uid]
-
-    def _has_transfers(self) -> bool:
-        return any(e.transfer for e in self.dev.events)
 
     def _permute_ops(self, ev: DeviceEvent, module: hlo.HloModule, inst: hlo.Instruction,
                      coll: hlo.Collective) -> list[int]:
@@ -252,9 +254,16 @@ class _DeviceLinker:
     def _describe(self, op: Op, module: hlo.HloModule, inst: hlo.Instruction) -> None:
         op.attrs["hlo_op"] = inst.name
         op.attrs["hlo_opcode"] = inst.opcode
-        op.outputs = _tensor_io([inst.shape])
-        if inst.operands:
-            op.inputs = _tensor_io([module.operand_shape(inst, i) for i in range(len(inst.operands))])
+        cached = self.io_json.get((id(module), id(inst)))  # the entry keeps both alive: ids stay unique
+        if cached is None:
+            inputs = None
+            if inst.operands:
+                inputs = _io_json([module.operand_shape(inst, i) for i in range(len(inst.operands))])
+            cached = self.io_json[(id(module), id(inst))] = (module, inst, _io_json([inst.shape]), inputs)
+        _, _, outputs, inputs = cached
+        op.outputs = TensorIO(values="", shapes=outputs[0], types=outputs[1])
+        if inputs is not None:
+            op.inputs = TensorIO(values="", shapes=inputs[0], types=inputs[1])
 
     # -- edges ----------------------------------------------------------------------------
 
@@ -372,12 +381,10 @@ def _assign_groups(traces: list[LinkedTrace]) -> None:
                 op.comm.group = ids[tuple(members)]
 
 
-def _tensor_io(shapes: list[hlo.Shape | None]) -> TensorIO:
+def _io_json(shapes: list[hlo.Shape | None]) -> tuple[str, str]:
+    """(shapes, types) JSON text of a TensorIO; tuple shapes are flattened."""
     flat: list[hlo.Shape | None] = []
     for s in shapes:
         flat.extend(s.elements if s is not None and s.is_tuple else [s])
-    return TensorIO(
-        values="",
-        shapes=orjson.dumps([list(s.dims) if s is not None else [] for s in flat]).decode(),
-        types=orjson.dumps([s.dtype if s is not None else "" for s in flat]).decode(),
-    )
+    return (orjson.dumps([list(s.dims) if s is not None else [] for s in flat]).decode(),
+            orjson.dumps([s.dtype if s is not None else "" for s in flat]).decode())
