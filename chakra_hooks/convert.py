@@ -124,7 +124,7 @@ def _convert_trace(trace: LinkedTrace, job: RankJob, staging: str, prefix: str, 
         json_path = path.with_suffix(".json")
         etio.write_workload_json(json_path, chakra.nodes)
         files.append(json_path.name)
-    summary = inspect.summarize(path.name, chakra.metadata, chakra.nodes).to_json()
+    summary = inspect.summarize(path.name, chakra.metadata, chakra.nodes, check=False).to_json()
     return RankResult(trace.rank, files, summary, {**trace.stats, **chakra.stats},
                       chakra.groups, chakra.warnings, job.describe())
 
@@ -199,7 +199,7 @@ def _harmonize_run(staging: Path, results: list[RankResult], groups: dict[int, l
         etio.write_et(staging / result.files[0], et.metadata, et.nodes)
         if write_json:
             etio.write_workload_json(staging / result.files[1], et.nodes)
-        result.summary = inspect.summarize(result.files[0], et.metadata, et.nodes).to_json()
+        result.summary = inspect.summarize(result.files[0], et.metadata, et.nodes, check=False).to_json()
     return new_groups
 
 

@@ -21,6 +21,8 @@ _RANK_IN_NAME = re.compile(r"\.(\d+)\.et(?:\.gz)?$")
 
 
 _KNOWN_TYPES = frozenset(NodeType.values())
+_COMM_COLL = NodeType.Value("COMM_COLL_NODE")
+_COMM_NODE_TYPES = frozenset({_COMM_COLL, NodeType.Value("COMM_SEND_NODE"), NodeType.Value("COMM_RECV_NODE")})
 
 
 def _comm_name(value: object) -> str:
@@ -49,52 +51,62 @@ class Summary:
         return asdict(self)
 
 
-def summarize(path: str, metadata: GlobalMetadata, nodes: Sequence[Node]) -> Summary:
+def summarize(path: str, metadata: GlobalMetadata, nodes: Sequence[Node], check: bool = True) -> Summary:
     """Count what is in one decoded ET.
 
     Raises TraceFormatError on a node type outside the schema or an attribute whose value is of
     no type the schema knows (``validate`` lists every such problem instead of stopping).
+    Counting is keyed by the integer type (names are looked up once at the end): this runs over
+    every node of every converted rank. ``check=False`` (for nodes this process just built)
+    skips the per-attribute type check and stops reading a non-COMM node's attributes at
+    ``is_cpu_op``.
     """
     meta = {attr.name: value_of(attr) for attr in metadata.attr}
-    by_type: Counter[str] = Counter()
-    duration: Counter[str] = Counter()
+    count_by: Counter[int] = Counter()
+    duration_by: Counter[int] = Counter()
     comm_types: Counter[str] = Counter()
     comm_bytes: Counter[str] = Counter()
     data_deps = ctrl_deps = cpu = 0
     for index, node in enumerate(nodes):
-        if node.type not in _KNOWN_TYPES:
+        kind = node.type
+        if kind not in _KNOWN_TYPES:
             raise TraceFormatError(path, f"node id {node.id} (#{index})",
-                                   f"a Chakra NodeType (0-{max(_KNOWN_TYPES)}), got {node.type}")
-        kind = NodeType.Name(node.type)
-        by_type[kind] += 1
-        duration[kind] += node.duration_micros
+                                   f"a Chakra NodeType (0-{max(_KNOWN_TYPES)}), got {kind}")
+        count_by[kind] += 1
+        duration_by[kind] += node.duration_micros
         data_deps += len(node.data_deps)
         ctrl_deps += len(node.ctrl_deps)
         comm_type = size = None
+        is_comm = kind in _COMM_NODE_TYPES
         for attr in node.attr:
             name = attr.name
-            if attr.WhichOneof("value") is None:
+            if check and attr.WhichOneof("value") is None:
                 raise TraceFormatError(path, f"node id {node.id} attribute {name!r}",
                                        "a value of a type the Chakra schema defines (unknown field)")
-            if name == "comm_type":
-                comm_type = value_of(attr)
-            elif name == "comm_size":
-                size = value_of(attr)
-            elif name == "is_cpu_op" and attr.bool_val:
-                cpu += 1
-        if comm_type is not None and kind == "COMM_COLL_NODE":
+            if name == "is_cpu_op":
+                cpu += attr.bool_val
+                if not (is_comm or check):
+                    break
+            elif is_comm:
+                if name == "comm_type":
+                    comm_type = value_of(attr)
+                elif name == "comm_size":
+                    size = value_of(attr)
+        if comm_type is not None and kind == _COMM_COLL:
             comm_types[_comm_name(comm_type)] += 1
             comm_bytes[_comm_name(comm_type)] += int(size or 0)
-        elif size is not None and kind in ("COMM_SEND_NODE", "COMM_RECV_NODE"):
-            comm_bytes[kind] += int(size)
+        elif size is not None and kind != _COMM_COLL:
+            comm_bytes[NodeType.Name(kind)] += int(size)
+    by_type = {NodeType.Name(k): v for k, v in count_by.items()}
+    duration = {NodeType.Name(k): v for k, v in duration_by.items()}
     match = _RANK_IN_NAME.search(path)
     return Summary(
         path=path, schema=str(meta.get("schema", metadata.version)), nodes=len(nodes),
-        by_type=dict(by_type), comm_types=dict(comm_types), comm_bytes=sum(comm_bytes.values()),
+        by_type=by_type, comm_types=dict(comm_types), comm_bytes=sum(comm_bytes.values()),
         duration_us=sum(duration.values()), data_deps=data_deps, ctrl_deps=ctrl_deps,
         rank=int(match.group(1)) if match else None, version=metadata.version,
         metadata={k: v for k, v in meta.items() if isinstance(v, (str, int, float, bool))},
-        duration_by_type_us=dict(duration), comm_bytes_by_type=dict(comm_bytes), cpu_nodes=cpu,
+        duration_by_type_us=duration, comm_bytes_by_type=dict(comm_bytes), cpu_nodes=cpu,
     )
 
 
