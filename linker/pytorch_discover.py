@@ -57,12 +57,24 @@ def discover(files: list[Path], warn: Callable[[str], None]) -> tuple[list[RankJ
             # The per-rank manifests the collector merged into this one.
             claimed.update(f for f in files if f.parent == manifest.parent
                            and _RANK_MANIFEST.match(f.name))
+            _claim_unlisted(manifest, files, claimed, warn)
     sniffed = [s for s in (_sniff(f) for f in files
                            if f not in claimed and _is_json(f)) if s is not None]
     if sniffed:
         jobs.extend(_pair(sniffed, warn))
         claimed.update(s.path for s in sniffed)
     return jobs, claimed
+
+
+def _claim_unlisted(manifest: Path, files: list[Path], claimed: set[Path],
+                    warn: Callable[[str], None]) -> None:
+    """Traces beside a manifest that it does not list belong to an earlier run in the same
+    folder (e.g. one with more ranks): converting them would mix two runs."""
+    stale = sorted(f for f in files if f.parent == manifest.parent and f not in claimed and _is_json(f))
+    if stale:
+        warn(f"{manifest}: ignoring {len(stale)} trace file(s) the manifest does not list, "
+             f"left by an earlier run? ({', '.join(f.name for f in stale[:4])})")
+        claimed.update(stale)
 
 
 def _is_json(path: Path) -> bool:

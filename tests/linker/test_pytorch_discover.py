@@ -137,3 +137,15 @@ def test_other_framework_manifest_ignored(corpus: Path, tmp_path: Path) -> None:
     (tmp_path / "manifest.json").write_text('{"framework": "jax", "ranks": {}}')
     jobs, claimed, _ = _run(_files(tmp_path))
     assert not jobs and not claimed
+
+
+def test_traces_the_manifest_does_not_list_are_ignored(corpus: Path, tmp_path: Path) -> None:
+    _link_dlrm(corpus, tmp_path, range(4))  # an earlier 4-rank run left its files here
+    kineto = sorted(p.name for p in tmp_path.glob("worker*"))
+    manifest = {"framework": "pytorch", "world_size": 2, "ranks": {
+        str(r): {"host_et": f"dlrm_eg_{r}.json.gz", "kineto": kineto[r]} for r in range(2)}}
+    (tmp_path / "manifest.json").write_bytes(orjson.dumps(manifest))
+    jobs, claimed, warnings = _run(_files(tmp_path))
+    assert [j.rank for j in jobs] == [0, 1]
+    assert tmp_path / "dlrm_eg_3.json.gz" in claimed  # claimed, so not converted as rank 3
+    assert any("does not list" in w and "dlrm_eg_2.json.gz" in w for w in warnings)
