@@ -170,11 +170,9 @@ def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike
             for message in result.warnings:
                 note(f"rank {result.rank}: {message}")
         if target == "astra-sim":
+            # The full target keeps every group as recorded (torch's default group is "0");
+            # ASTRA-sim needs them renumbered and sizes agreeing across ranks.
             groups = _harmonize_run(Path(staging), results, groups, write_json, note)
-        else:
-            # pg "0" is torch's default group, the whole job: "" / "0" already mean that to
-            # ASTRA-sim, which asserts on a key "0" in its comm-group file.
-            groups.pop(0, None)
         comm_group = None
         if groups:
             (Path(staging) / COMM_GROUP_FILE).write_bytes(
