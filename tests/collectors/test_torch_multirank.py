@@ -121,3 +121,15 @@ def test_only_the_chosen_ranks_are_recorded(tmp_path):
     man = json.loads((cap / "manifest.json").read_text())
     assert man["expected_ranks"] == [1] and sorted(man["ranks"]) == ["1"] and man["complete"]
     assert not list(cap.glob("*rank0*")) and not (cap / "rank-0.manifest.json").exists()
+
+
+def test_astra_sim_target_run_passes_the_cross_rank_rules(capture, tmp_path):
+    """The uneven all_to_all_single of the MoE token exchange differs per rank in the full
+    output; the ASTRA-sim output makes each collective agree across its group (ASTRA-sim
+    deadlocks otherwise) and validates as a run."""
+    out = tmp_path / "sim"
+    _run([*CLI, "convert", capture, "-o", out, "--target", "astra-sim"])
+    checked = _run([*CLI, "validate", "--target", "astra-sim", out])
+    assert "run of 4 ranks: ok" in checked.stdout
+    groups = json.loads((out / "comm_group.json").read_text())
+    assert "0" not in groups and sorted(map(tuple, groups.values())) == [(0, 1), (0, 2), (1, 3), (2, 3)]
