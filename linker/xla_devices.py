@@ -193,6 +193,7 @@ def _module_spans(view: PlaneView) -> list[tuple[int, int, str]]:
 def _gpu_device(view: PlaneView, ordinal: int) -> Device:
     dev = Device("gpu", ordinal, view.name, SESSION_CLOCK)
     ids = _wanted(view, ("hlo_op", "hlo_module", "program_id"))
+    module_key = _ModuleKeys()
     for line in view.lines():
         sm = _STREAM_RE.search(line.name)
         lane = f"stream:{ordinal}:{sm.group(1) if sm else line.name}"
@@ -201,10 +202,22 @@ def _gpu_device(view: PlaneView, ordinal: int) -> Device:
             op = values.get("hlo_op")
             dev.events.append(DeviceEvent(
                 name=str(op) if op else view.event_name(mid),
-                module_key=_module_key(values.get("hlo_module"), values.get("program_id")) if op else "",
+                module_key=module_key(values.get("hlo_module"), values.get("program_id")) if op else "",
                 start_ps=start, dur_ps=dur, lane=lane, exec_key=None))
     _number_runs(dev.events)
     return dev
+
+
+class _ModuleKeys(dict):
+    """_module_key, one string per distinct (module, program id): millions of events share a
+    few, so they share the string too (memory) and the formatting is done once (time)."""
+
+    def __call__(self, name: object, program_id: object) -> str:
+        key = (name, program_id)
+        text = self.get(key)
+        if text is None:
+            text = self[key] = _module_key(name, program_id)
+        return text
 
 
 def _wanted(view: PlaneView, names: tuple[str, ...]) -> dict[int, str]:
@@ -235,6 +248,8 @@ def _cpu_devices(view: PlaneView) -> list[Device]:
     if "hlo_op" not in view.stat_ids:
         return []
     by_ordinal: dict[int, Device] = {}
+    module_key = _ModuleKeys()
+    lanes: dict[int, str] = {}
     for line in view.lines():
         for mid, start, dur, stats in view.events(line):
             values = view.pick(stats, ids)
@@ -246,7 +261,8 @@ def _cpu_devices(view: PlaneView) -> list[Device]:
             if dev is None:
                 dev = by_ordinal[ordinal] = Device("cpu", ordinal, f"{view.name} device_ordinal={ordinal}",
                                                    SESSION_CLOCK)
+                lanes[ordinal] = f"cpu:{ordinal}"
             dev.events.append(DeviceEvent(
-                name=str(op), module_key=_module_key(values.get("hlo_module"), values.get("program_id")),
-                start_ps=start, dur_ps=dur, lane=f"cpu:{ordinal}", exec_key=values.get("run_id")))
+                name=str(op), module_key=module_key(values.get("hlo_module"), values.get("program_id")),
+                start_ps=start, dur_ps=dur, lane=lanes[ordinal], exec_key=values.get("run_id")))
     return list(by_ordinal.values())
