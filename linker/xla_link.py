@@ -24,7 +24,7 @@ from chakra_hooks.linker.model import (
     CommInfo, CommType, Edge, EdgeKind, LinkedTrace, Op, OpKind, TensorIO,
 )
 from chakra_hooks.linker.sources import RankJob
-from chakra_hooks.linker.xla_devices import Device, DeviceEvent, collect_devices
+from chakra_hooks.linker.xla_devices import Device, DeviceEvent, collect_devices, gc_paused
 from chakra_hooks.linker.xspace import PlaneView, find_plane, profile_start_ns, read_xspace
 
 COMM_TYPES: dict[str, CommType] = {
@@ -39,6 +39,11 @@ COMM_TYPES: dict[str, CommType] = {
 
 def load(job: RankJob) -> list[LinkedTrace]:
     """One LinkedTrace per device found in ``job.files["xspace"]``."""
+    with gc_paused():  # events, ops and edges by the million, none in a reference cycle
+        return _load(job)
+
+
+def _load(job: RankJob) -> list[LinkedTrace]:
     path = job.files["xspace"]
     space = read_xspace(path)
     modules = _modules(space, job, path)

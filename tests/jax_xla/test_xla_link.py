@@ -187,3 +187,26 @@ def test_corrupt_profile_is_one_line_and_writes_nothing(corpus: Path, tmp_path: 
         convert_paths([bad.parent], out, workers=1, progress=False)
     assert "\n" not in str(err.value) and "cut.xplane.pb" in str(err.value)
     assert not any(p.suffix == ".et" for p in out.rglob("*")) if out.exists() else True
+
+
+def test_gc_pause_nests_and_restores_the_collector_state() -> None:
+    import gc
+
+    from chakra_hooks.linker.xla_devices import gc_paused
+
+    was = gc.isenabled()
+    try:
+        for start in (True, False):
+            (gc.enable if start else gc.disable)()
+            with gc_paused():
+                with gc_paused():
+                    assert not gc.isenabled()
+                assert not gc.isenabled()
+            assert gc.isenabled() is start
+        gc.enable()
+        with pytest.raises(RuntimeError):
+            with gc_paused():
+                raise RuntimeError("boom")
+        assert gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
