@@ -181,6 +181,7 @@ def test_stat_values_of_every_kind() -> None:
     ev = plane.lines.add(name="l", timestamp_ns=5).events.add(metadata_id=1, offset_ps=3, duration_ps=4)
     values = [("int64_value", -5), ("int64_value", -(2**63)), ("int64_value", 2**63 - 1),
               ("uint64_value", 2**64 - 1), ("uint64_value", 0), ("double_value", 2.5),
+              ("int64_value", 300_000), ("int64_value", 5_000_000), ("uint64_value", 127),
               ("str_value", "hé"), ("bytes_value", b"\x00\xff"), ("ref_value", 200),
               ("ref_value", 999), ("compressed_str_value", zlib.compress(b"long text"))]
     expected = []
