@@ -41,7 +41,6 @@ of events at a time, so neither raw file coexists with the other's decoded event
 
 from __future__ import annotations
 
-import gc
 import importlib
 from collections import defaultdict
 from operator import attrgetter
@@ -51,6 +50,7 @@ import orjson
 
 from chakra_hooks.errors import TraceFormatError
 from chakra_hooks.linker import pytorch_edges
+from chakra_hooks.linker.gc_pause import gc_paused
 from chakra_hooks.linker.kineto import DEVICE_CATS, KEvent, KinetoTrace, read_kineto
 from chakra_hooks.linker.model import (PS_PER_NS, CommInfo, CommType, Edge, EdgeKind,
                                        LinkedTrace, Op, OpKind, TensorIO)
@@ -92,20 +92,13 @@ def link(host_et_path: Path | None, kineto_path: Path | None, rank: int | None =
     """Read and link one rank's host ET and/or Kineto trace."""
     if host_et_path is None and kineto_path is None:
         raise ValueError("link() needs a host ET, a Kineto trace or both")
-    # Reading allocates millions of small containers, which makes the cyclic GC rescan the
-    # heap again and again (3x the parse time here); nothing we build forms a cycle.
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():  # millions of small containers, none in a reference cycle
         # ET first, and its top-level ops selected (which frees its raw bytes) before Kineto
         # is read: the ET's raw file, its decoded nodes and Kineto's events never coexist.
         et = read_host_et(host_et_path) if host_et_path is not None else None
         selected = select_et(et) if et is not None else None
         kt = read_kineto(kineto_path) if kineto_path is not None else None
         return _Linker(et, kt, rank, selected).build()
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 class _Linker:

@@ -15,13 +15,10 @@ Three layouts are handled, all found in real files:
 from __future__ import annotations
 
 import bisect
-import gc
 import re
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from chakra_hooks.linker.gc_pause import gc_paused
 from chakra_hooks.linker.xspace import SESSION_CLOCK, PlaneView, XSpaceFile, device_clock_offset
 
 _DEVICE_PLANE_RE = re.compile(r"^/device:(TPU|GPU):(\d+)$")
@@ -52,33 +49,6 @@ class Device:
     plane: str
     clock: str
     events: list[DeviceEvent] = field(default_factory=list)
-
-
-_gc_lock = threading.Lock()
-_gc_depth = 0
-_gc_was_enabled = False
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while millions of event objects are built.
-
-    They hold no reference cycles, yet every allocation burst makes the collector walk them
-    all again (a third of the time on a 1.6M-event profile). Nesting and threads are counted,
-    so the collector's previous state comes back when the last user leaves."""
-    global _gc_depth, _gc_was_enabled
-    with _gc_lock:
-        if _gc_depth == 0:
-            _gc_was_enabled = gc.isenabled()
-            gc.disable()
-        _gc_depth += 1
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_depth -= 1
-            if _gc_depth == 0 and _gc_was_enabled:
-                gc.enable()
 
 
 def collect_devices(space: XSpaceFile) -> list[Device]:

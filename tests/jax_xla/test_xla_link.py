@@ -192,7 +192,7 @@ def test_corrupt_profile_is_one_line_and_writes_nothing(corpus: Path, tmp_path: 
 def test_gc_pause_nests_and_restores_the_collector_state() -> None:
     import gc
 
-    from chakra_hooks.linker.xla_devices import gc_paused
+    from chakra_hooks.linker.gc_pause import gc_paused
 
     was = gc.isenabled()
     try:
