@@ -15,3 +15,8 @@ class TraceFormatError(ValueError):
         self.where = where
         self.expected = expected
         super().__init__(f"{self.path}: {where}: {expected}")
+
+    def __reduce__(self):
+        # Raised in convert's worker processes and re-raised in the parent: pickle by the
+        # constructor's own arguments (the default would pass only the message).
+        return (type(self), (self.path, self.where, self.expected))
