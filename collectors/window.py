@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -22,6 +23,21 @@ def window_bounds(steps: Iterable[int]) -> tuple[int, int]:
     if not s or s[0] < 0 or s[-1] - s[0] + 1 != len(s):
         raise ValueError(f"steps must be consecutive non-negative integers, got {s[:8]}")
     return s[0], s[-1] + 1
+
+
+def guarded(log: logging.Logger, errors: list[str], what: str, fn: Callable, *args: Any,
+            context: str = "") -> bool:
+    """Run one tracing action; a failure is logged and appended to ``errors``, never raised.
+
+    A tracing problem must never break the user's job; the capture's manifest reports it."""
+    try:
+        fn(*args)
+        return True
+    except Exception as exc:
+        message = f"{what}: {type(exc).__name__}: {exc}"
+        log.warning("chakra-hooks: %s%s", context, message)
+        errors.append(message)
+        return False
 
 
 class StepWindow:

@@ -17,7 +17,6 @@ user's own exceptions propagate unchanged. jax is imported only when a window st
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import platform
@@ -25,7 +24,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from ..window import StepWindow
+from ..files import atomic_write_json
+from ..window import StepWindow, guarded
 from . import hlo_dump
 
 log = logging.getLogger("chakra_hooks.collectors.jax_xla")
@@ -88,14 +88,7 @@ class Trace(StepWindow):
         self._guard("opening the step annotation", self._open_annotation, n)
 
     def _guard(self, what: str, fn: Callable, *args: Any) -> bool:
-        try:
-            fn(*args)
-            return True
-        except Exception as exc:  # a tracing problem must never break the user's job
-            msg = f"{what}: {type(exc).__name__}: {exc}"
-            log.warning("chakra-hooks: %s", msg)
-            self.errors.append(msg)
-            return False
+        return guarded(log, self.errors, what, fn, *args)
 
     def _begin(self) -> None:
         import jax
@@ -186,10 +179,7 @@ class Trace(StepWindow):
             "hlo_modules": {Path(k).name: v for k, v in files["hlo"].items()},
             "clock": CLOCK, "started_unix_s": self._t0, "pid": os.getpid(),
         }
-        path = self.outdir / manifest_name(pindex, pcount)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True), encoding="utf-8")
-        os.replace(tmp, path)
+        atomic_write_json(self.outdir / manifest_name(pindex, pcount), manifest)
 
     def _convert(self) -> None:
         from chakra_hooks.convert import convert_paths

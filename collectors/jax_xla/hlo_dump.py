@@ -14,10 +14,11 @@ names to the module keys the XSpace uses.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Any
+
+from ..files import atomic_write_text
 
 SOURCE_XSPACE = "xspace /host:metadata Hlo Proto"
 SOURCE_COMPILE = "jit lower().compile().as_text()"
@@ -27,12 +28,6 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
 def sidecar_name(module_key: str) -> str:
     """``jit_f(123)`` -> ``jit_f.123.hlo.txt`` (no shell-unfriendly characters)."""
     return _UNSAFE.sub(".", module_key).strip(".") + ".hlo.txt"
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def modules_from_xspace(xplane: Path) -> dict[str, bytes]:

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from ..window import StepWindow
+from ..files import atomic_write_json, temp_path
+from ..window import StepWindow, guarded
 from . import manifest as mf
 from .moe import CLOCK as ROUTING_CLOCK
 from .moe import SIDECAR_FORMAT, RoutingRecorder
@@ -188,14 +189,7 @@ class Trace(StepWindow):
 
     def _guard(self, s: _Session, what: str, fn: Callable, *args) -> bool:
         """Run a tracing action; a failure is logged and recorded, never raised."""
-        try:
-            fn(*args)
-            return True
-        except Exception as exc:
-            msg = f"{what}: {type(exc).__name__}: {exc}"
-            log.warning("chakra-hooks: rank %s: %s", s.rank, msg)
-            s.errors.append(msg)
-            return False
+        return guarded(log, s.errors, what, fn, *args, context=f"rank {s.rank}: ")
 
     def _prepare(self) -> None:
         rank, world = _rank_and_world()
@@ -261,7 +255,7 @@ class Trace(StepWindow):
         return f"routing.rank{rank}.json"
 
     def _tmp(self, name: str) -> Path:
-        return self.outdir / f".{name}.{os.getpid()}.tmp"
+        return temp_path(self.outdir / name)
 
     def _finish(self, error: str | None) -> None:
         """Stop everything, write this rank's files and manifests. Never raises."""
@@ -320,7 +314,7 @@ class Trace(StepWindow):
         name = self._routing_name(s.rank)
         obj = {"format": SIDECAR_FORMAT, "rank": s.rank, "clock": ROUTING_CLOCK,
                "records": records}
-        mf.atomic_write_json(self.outdir / name, obj)
+        atomic_write_json(self.outdir / name, obj)
         files["routing"] = name
 
     def _write_manifests(self, s: _Session, files: dict) -> None:

@@ -26,9 +26,10 @@ that says which ranks are missing.
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
+
+from ..files import atomic_write_json
 
 FORMAT = "chakra-hooks-capture/1"
 RUN_MANIFEST = "manifest.json"
@@ -37,30 +38,6 @@ _RANK_FILE = re.compile(r"^rank-(\d+)\.manifest\.json$")
 
 def rank_manifest_name(rank: int) -> str:
     return f"rank-{rank}.manifest.json"
-
-
-def atomic_write_json(path: Path, obj: object, *, overwrite: bool = True) -> bool:
-    """Write ``obj`` as JSON to ``path`` via a temporary file in the same directory.
-
-    With ``overwrite=False`` the file is only created if absent (returns False otherwise).
-    """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    try:
-        if overwrite:
-            os.replace(tmp, path)
-            return True
-        try:
-            os.link(tmp, path)
-            return True
-        except FileExistsError:
-            return False
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def write_rank_manifest(outdir: Path, entry: dict) -> None:
