@@ -48,15 +48,10 @@ class ConvertResult:
     warnings: list[str] = field(default_factory=list)
 
 
-def _resolve(spec: str) -> Callable | None:
+def _resolve(spec: str) -> Callable:
+    """The function a "module:function" entry of linker/sources.py names."""
     module_name, func = spec.split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name == module_name:  # that format's reader is not part of this build
-            return None
-        raise
-    return getattr(module, func)
+    return getattr(importlib.import_module(module_name), func)
 
 
 def expand_inputs(inputs: Sequence[str | os.PathLike]) -> list[Path]:
@@ -77,11 +72,10 @@ def discover(inputs: Sequence[str | os.PathLike], warn: Callable[[str], None]) -
     """Every conversion job found in the inputs, in rank order."""
     remaining = expand_inputs(inputs)
     jobs: list[RankJob] = []
-    for name, spec in DISCOVERERS.items():
-        discoverer = _resolve(spec)
-        if discoverer is None or not remaining:
-            continue
-        found, claimed = discoverer(remaining, warn)
+    for spec in DISCOVERERS.values():
+        if not remaining:
+            break
+        found, claimed = _resolve(spec)(remaining, warn)
         jobs.extend(found)
         remaining = [f for f in remaining if f not in claimed]
     return sorted(jobs, key=lambda job: (job.rank is None, job.rank if job.rank is not None else 0))
@@ -91,8 +85,6 @@ def convert_job(job: RankJob, staging: str, prefix: str, target: str, write_json
                 keep_mem: bool) -> list[RankResult]:
     """Load one job, build and write its graphs. Runs in a worker process."""
     loader = _resolve(LOADERS[job.format])
-    if loader is None:
-        raise RuntimeError(f"no loader for {job.format} in this build")
     with gc_paused():  # conversion builds millions of objects, none in a reference cycle
         return [_convert_trace(trace, job, staging, prefix, target, write_json, keep_mem)
                 for trace in loader(job)]

@@ -71,7 +71,7 @@ def build_graph(trace: LinkedTrace, target: str = "full", keep_mem: bool = False
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; expected one of {', '.join(TARGETS)}")
     ops = _retarget(trace.ops, target, keep_mem)
-    deps, stats = _resolve_edges(trace, {op.uid: op for op in ops}, target)
+    deps, stats = _resolve_edges(trace, {op.uid: op for op in ops})
     exact_unit = "ns" if all(_whole_ns(op) for op in ops) else "ps"
     stats.update(ops=len(trace.ops))
     if consume:
@@ -120,7 +120,7 @@ def _retarget(ops: list[Op], target: str, keep_mem: bool) -> list[Op]:
     return out
 
 
-def _resolve_edges(trace: LinkedTrace, kept: dict[int, Op], target: str) -> tuple[dict[int, tuple[list, list]], dict]:
+def _resolve_edges(trace: LinkedTrace, kept: dict[int, Op]) -> tuple[dict[int, tuple[list, list]], dict]:
     """Per node (data_deps, ctrl_deps): dropped ops bypassed, invalid edges removed, no cycles."""
     known = {op.uid for op in trace.ops}
     incoming: dict[int, dict[int, EdgeKind]] = {}
