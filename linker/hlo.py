@@ -11,6 +11,7 @@ replica groups (explicit ``{{0,1},{2,3}}`` or iota ``[G,S]<=[dims]T(perm)``) and
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from chakra_hooks.linker import hlo_pb2
@@ -131,13 +132,12 @@ class HloParseError(ValueError):
     """Text that is not HLO; the message names the line."""
 
 
-def _split_top(text: str, sep: str = ",") -> list[str]:
-    """Split at ``sep`` outside brackets and quotes."""
-    parts: list[str] = []
+def _unquoted(text: str, start: int = 0) -> Iterator[tuple[int, str, int]]:
+    """(index, character, bracket depth after it) of every character outside double quotes,
+    from ``start``; a backslash escapes the next character inside quotes."""
     depth = 0
-    start = 0
     quote = False
-    i = 0
+    i = start
     n = len(text)
     while i < n:
         c = text[i]
@@ -148,39 +148,33 @@ def _split_top(text: str, sep: str = ",") -> list[str]:
                 quote = False
         elif c == '"':
             quote = True
-        elif c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-        elif c == sep and depth == 0:
+        else:
+            if c in "([{":
+                depth += 1
+            elif c in ")]}":
+                depth -= 1
+            yield i, c, depth
+        i += 1
+
+
+def _split_top(text: str, sep: str = ",") -> list[str]:
+    """Split at ``sep`` outside brackets and quotes."""
+    parts: list[str] = []
+    start = 0
+    for i, c, depth in _unquoted(text):
+        if c == sep and depth == 0:
             parts.append(text[start:i])
             start = i + 1
-        i += 1
     parts.append(text[start:])
     return [p.strip() for p in parts if p.strip()]
 
 
 def _close(text: str, i: int) -> int:
     """Index just past the bracket that closes the one at ``text[i]``."""
-    depth = 0
-    quote = False
-    while i < len(text):
-        c = text[i]
-        if quote:
-            if c == "\\":
-                i += 1
-            elif c == '"':
-                quote = False
-        elif c == '"':
-            quote = True
-        elif c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-            if depth == 0:
-                return i + 1
-        i += 1
-    raise HloParseError(f"unbalanced bracket at column {i}")
+    for j, c, depth in _unquoted(text, i):
+        if depth == 0 and c in ")]}":
+            return j + 1
+    raise HloParseError(f"unbalanced bracket at column {len(text)}")
 
 
 _DTYPE_RE = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\]")
