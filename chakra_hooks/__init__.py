@@ -7,3 +7,8 @@ The package is assembled from the repository's top-level folders (see pyproject.
 """
 
 __version__ = "0.1.0"
+
+from chakra_hooks import _compiled
+
+# Compiled modules whose source changed since (or all, if asked) are imported from source.
+_compiled.install()

@@ -1,0 +1,78 @@
+"""Which modules are compiled (setup.py builds them with Cython), and when to run their source.
+
+A compiled module is built from the very ``.py`` file beside it, so either runs the same code.
+Two cases must still run the source:
+
+- a source checkout (an editable install) where a ``.py`` changed after ``pip install -e .``
+  compiled it: Python's import system would keep loading the stale compiled copy;
+- ``CHAKRA_HOOKS_PURE_PYTHON=1`` in the environment, to compare or debug the two.
+
+:func:`install` puts a finder in front of the import system that serves these modules from
+their source in those cases and otherwise leaves importing to Python.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from importlib.abc import MetaPathFinder
+from importlib.machinery import EXTENSION_SUFFIXES, PathFinder, SourceFileLoader, ModuleSpec
+from importlib.util import spec_from_file_location
+from pathlib import Path
+
+# (module, source in the repository): the per-event and per-node loops of reading, linking
+# and converting. setup.py compiles exactly these.
+COMPILED = (
+    ("chakra_hooks.linker.jsonio", "linker/jsonio.py"),
+    ("chakra_hooks.linker.kineto", "linker/kineto.py"),
+    ("chakra_hooks.linker.pytorch_et", "linker/pytorch_et.py"),
+    ("chakra_hooks.linker.pytorch_match", "linker/pytorch_match.py"),
+    ("chakra_hooks.linker.pytorch_comms", "linker/pytorch_comms.py"),
+    ("chakra_hooks.linker.pytorch_edges", "linker/pytorch_edges.py"),
+    ("chakra_hooks.linker.pytorch_link", "linker/pytorch_link.py"),
+    ("chakra_hooks.linker.xspace", "linker/xspace.py"),
+    ("chakra_hooks.linker.xla_devices", "linker/xla_devices.py"),
+    ("chakra_hooks.linker.xla_link", "linker/xla_link.py"),
+    ("chakra_hooks.linker.hlo", "linker/hlo.py"),
+    ("chakra_hooks.converter.attrs", "converter/attrs.py"),
+    ("chakra_hooks.converter.dag", "converter/dag.py"),
+    ("chakra_hooks.converter.graph", "converter/graph.py"),
+    ("chakra_hooks.converter.etio", "converter/etio.py"),
+    ("chakra_hooks.converter.inspect", "converter/inspect.py"),
+)
+PURE_ENV = "CHAKRA_HOOKS_PURE_PYTHON"
+_NAMES = frozenset(name for name, _ in COMPILED)
+
+
+def is_compiled(module: object) -> bool:
+    """Whether an imported module runs from a compiled extension."""
+    origin = getattr(module, "__file__", None) or ""
+    return origin.endswith(tuple(EXTENSION_SUFFIXES))
+
+
+class _SourceWhenStale(MetaPathFinder):
+    def find_spec(self, name: str, path: object = None, target: object = None) -> ModuleSpec | None:
+        if name not in _NAMES:
+            return None
+        spec = PathFinder.find_spec(name, path)
+        if spec is None or not spec.origin or not spec.origin.endswith(tuple(EXTENSION_SUFFIXES)):
+            return None
+        compiled = Path(spec.origin)
+        source = compiled.with_name(name.rpartition(".")[2] + ".py")
+        if not source.is_file():
+            return None
+        if not os.environ.get(PURE_ENV):
+            # Only a source checkout edits sources after compiling; an installed wheel's files
+            # are all written at once and are never stale.
+            in_checkout = (compiled.parent.parent / "setup.py").is_file()
+            if not in_checkout or source.stat().st_mtime <= compiled.stat().st_mtime:
+                return None
+            warnings.warn(f"{source} changed after it was compiled: running the source "
+                          "(slower; `pip install -e .` recompiles it)", stacklevel=2)
+        return spec_from_file_location(name, source, loader=SourceFileLoader(name, str(source)))
+
+
+def install() -> None:
+    if not any(isinstance(finder, _SourceWhenStale) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _SourceWhenStale())
