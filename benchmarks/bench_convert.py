@@ -1,11 +1,13 @@
 """Benchmark: ``chakra-hooks convert`` on tiled ResNet inputs, beside the reference converter.
 
     python benchmarks/bench_convert.py [--tiles 1 6 22 55] [--workdir DIR] [--reference]
-                                       [--link-only]
+                                       [--link-only] [--repeat N]
 
 For each K, tiles the real ``a100_resnet_nccl`` pair K times (benchmarks/tile_resnet.py,
 cached in the work directory), then runs our whole ``convert`` (read, link, convert, write)
-in a fresh process with one worker, and reports raw input MB, seconds, MB/s and peak RSS
+in a fresh process with one worker (so MB/s is MB/s per core), best of ``--repeat`` runs,
+and reports raw input MB, seconds, MB/s, CPU seconds (user + system), MB per CPU second,
+and peak RSS
 (the high-water mark of the converting processes, from ``getrusage(RUSAGE_CHILDREN)`` of a
 wrapper process, so one measurement cannot inflate the next). ``--link-only`` times
 ``pytorch_link.link`` alone (no converter, no writer). ``--reference`` also runs mlc-chakra's
@@ -35,8 +37,9 @@ import json, resource, subprocess, sys, time
 t = time.perf_counter()
 run = subprocess.run(sys.argv[1:], capture_output=True, text=True)
 dt = time.perf_counter() - t
-peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-print(json.dumps({"seconds": dt, "peak_kib": peak, "rc": run.returncode,
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"seconds": dt, "cpu": usage.ru_utime + usage.ru_stime, "peak_kib": usage.ru_maxrss,
+                  "rc": run.returncode,
                   "err": run.stderr[-500:]}))
 """
 
@@ -48,13 +51,22 @@ assert trace.stats["match_rate"] > 0.99, trace.stats
 """
 
 
+REPEAT = 3  # runs per measurement; the fastest is reported (--repeat)
+
+
 def measure(cmd: list[str]) -> dict:
-    out = subprocess.run([sys.executable, "-c", WRAPPER, *cmd], capture_output=True, text=True,
-                         check=True)
-    result = json.loads(out.stdout)
-    if result["rc"] != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed: {result['err']}")
-    return result
+    """The fastest of REPEAT runs: on a shared virtual machine other tenants' load only ever
+    adds time (CPU steal shows up as user time here), so the minimum is the steadiest figure."""
+    best = None
+    for _ in range(REPEAT):
+        out = subprocess.run([sys.executable, "-c", WRAPPER, *cmd], capture_output=True,
+                             text=True, check=True)
+        result = json.loads(out.stdout)
+        if result["rc"] != 0:
+            raise SystemExit(f"{' '.join(cmd)} failed: {result['err']}")
+        if best is None or result["seconds"] < best["seconds"]:
+            best = result
+    return best
 
 
 def ensure_tiles(k: int, workdir: Path) -> tuple[Path, int]:
@@ -66,9 +78,9 @@ def ensure_tiles(k: int, workdir: Path) -> tuple[Path, int]:
 
 
 def row(label: str, mb: float, result: dict) -> str:
-    seconds, peak_mb = result["seconds"], result["peak_kib"] / 1024
-    return (f"{label:<34} {mb:9.1f} {seconds:9.2f} {mb / seconds:8.1f} {peak_mb:9.0f} "
-            f"{peak_mb / mb:7.2f}")
+    seconds, cpu, peak_mb = result["seconds"], result["cpu"], result["peak_kib"] / 1024
+    return (f"{label:<34} {mb:9.1f} {seconds:9.2f} {mb / seconds:8.1f} {cpu:9.2f} {mb / cpu:8.1f} "
+            f"{peak_mb:9.0f} {peak_mb / mb:7.2f}")
 
 
 def ours(k: int, workdir: Path, link_only: bool) -> str:
@@ -112,10 +124,14 @@ def main() -> None:
                         help="where tiles and outputs go (default: a temporary folder)")
     parser.add_argument("--reference", action="store_true")
     parser.add_argument("--link-only", action="store_true")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per figure (best kept)")
     args = parser.parse_args()
+    global REPEAT
+    REPEAT = args.repeat
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="chakra_bench_"))
     workdir.mkdir(parents=True, exist_ok=True)
-    print(f"{'run':<34} {'input MB':>9} {'seconds':>9} {'MB/s':>8} {'peak MB':>9} {'peak/in':>7}")
+    print(f"{'run':<34} {'input MB':>9} {'seconds':>9} {'MB/s':>8} {'CPU s':>9} {'MB/CPU-s':>8} "
+          f"{'peak MB':>9} {'peak/in':>7}")
     for k in args.tiles:
         print(ours(k, workdir, args.link_only), flush=True)
     if args.reference:

@@ -38,6 +38,7 @@ COMPILED = (
     ("chakra_hooks.converter.attrs", "converter/attrs.py"),
     ("chakra_hooks.converter.dag", "converter/dag.py"),
     ("chakra_hooks.converter.graph", "converter/graph.py"),
+    ("chakra_hooks.converter.wire", "converter/wire.py"),
     ("chakra_hooks.converter.etio", "converter/etio.py"),
     ("chakra_hooks.converter.inspect", "converter/inspect.py"),
 )

@@ -96,7 +96,7 @@ def _convert_trace(trace: LinkedTrace, job: RankJob, staging: str, prefix: str, 
 
     chakra = graph.build_graph(trace, target=target, keep_mem=keep_mem, consume=True)
     path = Path(staging) / f"{prefix}.{trace.rank}.et"
-    etio.write_et(path, chakra.metadata, chakra.nodes)
+    etio.write_et(path, chakra.metadata, chakra.bodies)
     files = [path.name]
     if write_json:
         json_path = path.with_suffix(".json")

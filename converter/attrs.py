@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 
 from .schema import AttributeProto, Node
 
@@ -83,27 +82,3 @@ def _oneof_for(value: object) -> str:
         first = value[0] if value else 0
         return _oneof_for(first).replace("_val", "_list")
     raise TypeError(f"no Chakra attribute type for {type(value).__name__} value {value!r}")
-
-
-def add_attrs(node: Node, items: Iterable[tuple[str, object]]) -> None:
-    """Append attributes in place (no intermediate messages to copy), skipping None values.
-
-    This runs for every attribute of every node, so the oneof is looked up once per
-    (name, Python type) and the attribute is created inside the node's own list.
-    """
-    add = node.attr.add
-    cache = _FIELD_CACHE
-    for name, value in items:
-        if value is None:
-            continue
-        key = (name, type(value))
-        field = cache.get(key)
-        if field is None or field.endswith("_list"):
-            field = oneof_for(name, value)
-            cache[key] = field
-            _set_value(add(name=name), field, value)
-        else:
-            setattr(add(name=name), field, value)
-
-
-_FIELD_CACHE: dict[tuple[str, type], str] = {}

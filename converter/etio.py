@@ -7,7 +7,8 @@ Speed: decoding node by node costs one Python call per node. Instead the reader 
 length prefixes once, re-frames the node part as the single message ``NodeStream`` (each node
 becomes field 1: the tag byte ``0x0A`` followed by the very bytes of the original length prefix
 and message) and lets protobuf's C parser decode the whole file in one call. Writing goes the
-other way: one ``SerializeToString`` per node plus a cached varint prefix.
+other way: each node's bytes (the converter writes them itself, converter/wire.py, or
+``SerializeToString`` for messages) behind a cached varint prefix.
 """
 
 from __future__ import annotations
@@ -27,30 +28,10 @@ from chakra_hooks.errors import TraceFormatError
 
 from .attrs import value_of
 from .schema import GlobalMetadata, Node, NodeStream
+from .wire import encode_varint
 
 GZIP_MAGIC = b"\x1f\x8b"
 NODE_TAG = b"\x0a"  # field 1, wire type 2 (length-delimited)
-
-# Length prefixes below this size are looked up instead of encoded in Python.
-_VARINT_CACHE_SIZE = 1 << 14
-
-
-def _encode_varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-_VARINTS = [_encode_varint(n) for n in range(_VARINT_CACHE_SIZE)]
-
-
-def encode_varint(value: int) -> bytes:
-    """The protobuf base-128 varint encoding of a non-negative integer."""
-    return _VARINTS[value] if value < _VARINT_CACHE_SIZE else _encode_varint(value)
-
 
 @dataclass(slots=True)
 class EtFile:
@@ -162,6 +143,13 @@ def decode_frames(frames: list[bytes], path: str | os.PathLike) -> tuple[GlobalM
     return metadata, stream.nodes
 
 
+def decode_bodies(bodies: Iterable[bytes]) -> Sequence[Node]:
+    """Serialised Node messages -> Node messages, in one protobuf parse."""
+    stream = NodeStream()
+    stream.ParseFromString(b"".join(NODE_TAG + encode_varint(len(body)) + body for body in bodies))
+    return stream.nodes
+
+
 def _raise_first_bad_node(joined: bytes, metadata_len: int, path: str | os.PathLike) -> None:
     """Slow path, only after a failed bulk decode: find the node that does not decode.
 
@@ -193,13 +181,14 @@ def read_et(path: str | os.PathLike) -> EtFile:
     return EtFile(Path(path), metadata, nodes, compressed, size)
 
 
-def encode_et(metadata: GlobalMetadata, nodes: Iterable[Node]) -> Iterable[bytes]:
-    """The framed stream, piece by piece (metadata first)."""
+def encode_et(metadata: GlobalMetadata, nodes: Iterable[Node | bytes]) -> Iterable[bytes]:
+    """The framed stream, piece by piece (metadata first). ``nodes`` holds Node messages or
+    their serialised bodies."""
     body = metadata.SerializeToString()
     yield encode_varint(len(body))
     yield body
     for node in nodes:
-        body = node.SerializeToString()
+        body = node if type(node) is bytes else node.SerializeToString()
         if not body:
             # An empty message would end the reference reader early; a node always has an id or name.
             raise ValueError("refusing to write an empty Node message (id 0, no fields)")
@@ -258,7 +247,8 @@ def atomic_write(path: str | os.PathLike, pieces: Iterable[bytes], compress: boo
     return written
 
 
-def write_et(path: str | os.PathLike, metadata: GlobalMetadata, nodes: Iterable[Node], compress: bool | None = None) -> int:
+def write_et(path: str | os.PathLike, metadata: GlobalMetadata, nodes: Iterable[Node | bytes],
+             compress: bool | None = None) -> int:
     """Write an ET atomically; ``.gz`` names are gzip-compressed. Returns the stream size."""
     return atomic_write(path, encode_et(metadata, nodes), compress)
 

@@ -16,15 +16,17 @@ Targets:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from chakra_hooks import __version__
 from chakra_hooks.linker.model import PS_PER_US, CommType, EdgeKind, LinkedTrace, Op, OpKind
 
-from .attrs import add_attrs, make_attr
+from .attrs import make_attr
 from .dag import unfinished_nodes
+from .etio import decode_bodies
 from .schema import GlobalMetadata, Node, NodeType
+from .wire import NodeEncoder
 
 CHAKRA_SCHEMA_VERSION = "0.0.4"
 TARGETS = ("full", "astra-sim")
@@ -46,14 +48,22 @@ ASTRA_SIM_COLLECTIVES = frozenset({CommType.ALL_REDUCE, CommType.ALL_GATHER, Com
 
 @dataclass
 class ChakraGraph:
-    """One Chakra ET in memory, ready for ``etio.write_et``."""
+    """One Chakra ET in memory, ready for ``etio.write_et(path, metadata, bodies)``."""
 
     rank: int
     metadata: GlobalMetadata
-    nodes: list[Node]
+    bodies: list[bytes]  # each node's serialised Node message, in file order
     groups: dict[int, list[int]]
     stats: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    _nodes: Sequence[Node] | None = field(default=None, repr=False)
+
+    @property
+    def nodes(self) -> Sequence[Node]:
+        """The nodes as protobuf messages (decoded from ``bodies`` on first use)."""
+        if self._nodes is None:
+            self._nodes = decode_bodies(self.bodies)
+        return self._nodes
 
 
 def round_us(ps: int) -> int:
@@ -76,14 +86,15 @@ def build_graph(trace: LinkedTrace, target: str = "full", keep_mem: bool = False
     stats.update(ops=len(trace.ops))
     if consume:
         trace.ops, trace.edges = [], []
-    nodes = []
+    bodies = []
+    encoder = NodeEncoder()
     for index, op in enumerate(ops):
-        nodes.append(_make_node(op, deps.pop(op.uid, None), exact_unit))
+        bodies.append(_make_node(op, deps.pop(op.uid, None), exact_unit, encoder))
         if consume:
             ops[index] = None  # type: ignore[call-overload]
-    stats.update(nodes=len(nodes))
+    stats.update(nodes=len(bodies))
     metadata = _make_metadata(trace, target, exact_unit)
-    return ChakraGraph(trace.rank, metadata, nodes, dict(trace.groups), stats, list(trace.warnings))
+    return ChakraGraph(trace.rank, metadata, bodies, dict(trace.groups), stats, list(trace.warnings))
 
 
 def _whole_ns(op: Op) -> bool:
@@ -204,43 +215,42 @@ def _drop_edges_against_time(incoming: dict[int, dict[int, EdgeKind]], kept: dic
     return dropped
 
 
-def _make_node(op: Op, deps: tuple[list, list] | None, exact_unit: str) -> Node:
-    """One Chakra node. Runs once per node, so fields and the well-known attributes are set
-    in place with their oneof spelled out (no temporary messages, no type dispatch)."""
-    node = Node(id=op.uid, name=op.name, type=_NODE_TYPE[op.kind])
-    if deps:
-        node.data_deps.extend(deps[0])
-        node.ctrl_deps.extend(deps[1])
-    for io, target in ((op.inputs, node.inputs), (op.outputs, node.outputs)):
-        if io is not None:
-            target.values, target.shapes, target.types = io.values, io.shapes, io.types
-    add = node.attr.add
+def _make_node(op: Op, deps: tuple[list, list] | None, exact_unit: str, enc: NodeEncoder) -> bytes:
+    """One Chakra node, serialised (converter/wire.py). Runs once per node."""
+    data, ctrl = deps if deps else (None, None)
+    start_ps, dur_ps = op.start_ps, op.dur_ps
+    parts = [enc.head(op.uid, enc.name(op.name), _NODE_TYPE[op.kind], ctrl, data,
+                      None if start_ps is None else round_us(start_ps),
+                      None if dur_ps is None else round_us(dur_ps))]
+    if op.inputs is not None:
+        parts.append(enc.io(True, op.inputs.values, op.inputs.shapes, op.inputs.types))
+    if op.outputs is not None:
+        parts.append(enc.io(False, op.outputs.values, op.outputs.shapes, op.outputs.types))
+    attr = enc.attr
     # COMM nodes are never host ops for consumers (ASTRA-sim rejects them); gloo's host-side
     # collectives keep that fact in ``host_side``.
     is_comm = op.kind in _COMM_KINDS
-    add(name="is_cpu_op", bool_val=not op.on_device and not is_comm)
+    parts.append(attr("is_cpu_op", not op.on_device and not is_comm))
     if is_comm and not op.on_device:
-        add(name="host_side", bool_val=True)
+        parts.append(attr("host_side", True))
     divisor = 1000 if exact_unit == "ns" else 1
-    if op.start_ps is not None:
-        node.start_time_micros = round_us(op.start_ps)
-        add(name=_START_ATTR[exact_unit], int64_val=op.start_ps // divisor)
-    if op.dur_ps is not None:
-        node.duration_micros = round_us(op.dur_ps)
-        add(name=_DURATION_ATTR[exact_unit], int64_val=op.dur_ps // divisor)
+    if start_ps is not None:
+        parts.append(enc.int_attr(_START_ATTR[exact_unit], start_ps // divisor))
+    if dur_ps is not None:
+        parts.append(enc.int_attr(_DURATION_ATTR[exact_unit], dur_ps // divisor))
     else:
         # Say so rather than pass off 0 as a measurement (an ET op that Kineto did not record).
-        add(name="duration_unknown", bool_val=True)
+        parts.append(attr("duration_unknown", True))
     if op.bytes is not None:
-        add(name="tensor_size", uint64_val=op.bytes)
+        parts.append(enc.int_attr("tensor_size", op.bytes, "uint64_val"))
     if op.flops is not None:
-        add(name="num_ops", int64_val=op.flops)
+        parts.append(enc.int_attr("num_ops", op.flops))
     if op.comm is not None and is_comm:
-        add_attrs(node, _comm_attrs(op))
-    add(name="lane", string_val=op.lane)
+        parts.extend(attr(name, value) for name, value in _comm_attrs(op))
+    parts.append(attr("lane", op.lane))
     if op.attrs:
-        add_attrs(node, op.attrs.items())
-    return node
+        parts.extend(attr(name, value) for name, value in op.attrs.items())
+    return b"".join(parts)
 
 
 _START_ATTR = {"ns": "start_ns", "ps": "start_ps"}

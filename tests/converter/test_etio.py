@@ -125,7 +125,8 @@ def test_failed_write_leaves_nothing(tmp_path: Path) -> None:
 def test_varint_encoding_matches_protobuf() -> None:
     from google.protobuf.internal.encoder import _VarintBytes
 
-    for value in (0, 1, 127, 128, 300, 16383, 16384, 2**31, 2**63 - 1):
+    for value in (0, 1, 127, 128, 300, 16383, 16384, 2**28 - 1, 2**28, 2**31, 2**63 - 1,
+                  1716423322446085432, 2**64 - 1):
         assert etio.encode_varint(value) == _VarintBytes(value)
 
 

@@ -1,0 +1,191 @@
+"""Protobuf wire format for Chakra nodes, written directly.
+
+Building a ``Node`` message field by field and serialising it costs ~10 us a node in protobuf's
+Python API (one call per attribute, each making a message). The converter instead writes each
+node's bytes itself: most pieces repeat from node to node (names, node types, lanes,
+``is_cpu_op``, attribute names), so they are encoded once per graph and reused, and the rest are
+varints. The bytes are exactly what protobuf writes for the same message (fields in number
+order, proto3 defaults left out, packed repeated numbers); tests/converter/test_wire.py holds
+this against protobuf's own serialiser. Attribute values outside the common scalars (lists)
+are serialised by protobuf.
+"""
+
+from __future__ import annotations
+
+from struct import Struct
+
+from .attrs import make_attr, oneof_for
+
+# Node fields (converter/schema/et_def.proto): key bytes = varint(field number << 3 | wire type).
+_ID, _NAME, _TYPE = b"\x08", b"\x12", b"\x18"
+_CTRL_DEPS, _DATA_DEPS = b"\x22", b"\x2a"  # packed
+_START, _DURATION = b"\x30", b"\x38"
+_INPUTS, _OUTPUTS, _ATTR = b"\x42", b"\x4a", b"\x52"
+_IO_VALUES, _IO_SHAPES, _IO_TYPES = b"\x0a", b"\x12", b"\x1a"
+_ATTR_NAME = b"\x0a"
+
+# AttributeProto value oneofs written here: key bytes and how the value is encoded.
+_SCALAR_KEYS = {
+    "double_val": b"\x19", "int32_val": b"\x38", "int64_val": b"\x48", "uint64_val": b"\x68",
+    "bool_val": b"\xd8\x01", "string_val": b"\xea\x01",
+}
+_DOUBLE = Struct("<d").pack
+_U64 = 1 << 64
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+_I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
+
+# Varints below this value are looked up instead of encoded in Python.
+_VARINT_CACHE_SIZE = 1 << 14
+
+
+def _encode_varint_loop(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_VARINTS = [_encode_varint_loop(n) for n in range(_VARINT_CACHE_SIZE)]
+# 14 low bits as the first two bytes of a longer varint (both with the continuation bit).
+_LOW14 = [bytes(((n & 0x7F) | 0x80, (n >> 7) | 0x80)) for n in range(1 << 14)]
+# Varint tails of values >> 28: timestamps, the common large values, share a few of them.
+_HIGH_TAILS: dict[int, bytes] = {}
+
+
+def encode_varint(value: int) -> bytes:
+    """The protobuf base-128 varint encoding of a non-negative integer."""
+    if value < _VARINT_CACHE_SIZE:
+        return _VARINTS[value]
+    if value < 1 << 28:
+        return _LOW14[value & 0x3FFF] + _VARINTS[value >> 14]
+    high = value >> 28
+    tail = _HIGH_TAILS.get(high)
+    if tail is None:
+        if len(_HIGH_TAILS) > 1 << 16:
+            _HIGH_TAILS.clear()
+        tail = _HIGH_TAILS[high] = _encode_varint_loop(high)
+    return _LOW14[value & 0x3FFF] + _LOW14[(value >> 14) & 0x3FFF] + tail
+
+
+def _signed_varint(value: int, low: int, high: int, oneof: str) -> bytes:
+    """int32 / int64: negative values are written as their 64-bit two's complement."""
+    if not low <= value <= high:
+        raise ValueError(f"value {value} out of range for {oneof}")
+    return encode_varint(value + _U64 if value < 0 else value)
+
+
+def _length_delimited(key: bytes, body: bytes) -> bytes:
+    return key + encode_varint(len(body)) + body
+
+
+def _attr_name(name: str) -> bytes:
+    """AttributeProto's ``name`` field (left out when empty, as proto3 does)."""
+    return _length_delimited(_ATTR_NAME, name.encode()) if name else b""
+
+
+def encode_attr(name: str, value: object, oneof: str | None = None) -> bytes:
+    """One AttributeProto (without the Node field key), value in ``oneof`` (default: the one
+    attrs.oneof_for picks, as consumers read it)."""
+    if oneof is None:
+        oneof = oneof_for(name, value)
+    key = _SCALAR_KEYS.get(oneof)
+    if key is None or type(value) is float and oneof != "double_val":
+        return make_attr(name, value).SerializeToString()  # lists and the rarer oneofs
+    head = _attr_name(name)
+    if oneof == "string_val":
+        return head + _length_delimited(key, value.encode())  # type: ignore[union-attr]
+    if oneof == "double_val":
+        return head + key + _DOUBLE(value)
+    if oneof == "bool_val":
+        return head + key + (b"\x01" if value else b"\x00")
+    if oneof == "int64_val":
+        return head + key + _signed_varint(value, _I64_MIN, _I64_MAX, oneof)  # type: ignore[arg-type]
+    if oneof == "int32_val":
+        return head + key + _signed_varint(value, _I32_MIN, _I32_MAX, oneof)  # type: ignore[arg-type]
+    if not 0 <= value < _U64:  # type: ignore[operator]
+        raise ValueError(f"value {value} out of range for {oneof}")
+    return head + key + encode_varint(value)  # type: ignore[arg-type]
+
+
+class NodeEncoder:
+    """Writes Node message bodies; caches what repeats within one graph.
+
+    One encoder per graph: its caches (names, constant attributes) grow with the distinct
+    values of that graph and go with it.
+    """
+
+    def __init__(self) -> None:
+        self._names: dict[str, bytes] = {}
+        self._attrs: dict[tuple, bytes] = {}  # (name, value, oneof) -> the whole attr field
+        self._int_heads: dict[tuple[str, str], bytes] = {}  # (name, oneof) -> field up to the value
+        self._oneofs: dict[tuple[str, type], str] = {}
+
+    def name(self, name: str) -> bytes:
+        """The Node ``name`` field."""
+        field = self._names.get(name)
+        if field is None:
+            field = self._names[name] = _length_delimited(_NAME, name.encode()) if name else b""
+        return field
+
+    def attr(self, name: str, value: object) -> bytes:
+        """One Node ``attr`` field (key, length, AttributeProto); b"" for a None value."""
+        if value is None:
+            return b""
+        kind = type(value)
+        oneof = self._oneofs.get((name, kind))
+        if oneof is None:
+            oneof = self._oneofs[(name, kind)] = oneof_for(name, value)
+        if kind is int and oneof in ("int64_val", "uint64_val"):
+            return self.int_attr(name, value, oneof)  # type: ignore[arg-type]
+        if kind is str or kind is bool:
+            cache_key = (name, value, oneof)
+            field = self._attrs.get(cache_key)
+            if field is None:
+                field = self._attrs[cache_key] = _length_delimited(_ATTR, encode_attr(name, value, oneof))
+            return field
+        return _length_delimited(_ATTR, encode_attr(name, value, oneof))
+
+    def int_attr(self, name: str, value: int, oneof: str = "int64_val") -> bytes:
+        """An int64 / uint64 attribute (the common timing and id attributes), without the
+        general dispatch."""
+        head = self._int_heads.get((name, oneof))
+        if head is None:
+            head = self._int_heads[(name, oneof)] = _attr_name(name) + _SCALAR_KEYS[oneof]
+        if 0 <= value < _U64 and (value <= _I64_MAX or oneof == "uint64_val"):
+            tail = encode_varint(value)
+        elif oneof == "int64_val":
+            tail = _signed_varint(value, _I64_MIN, _I64_MAX, oneof)
+        else:
+            raise ValueError(f"attribute {name!r}: value {value} out of range for {oneof}")
+        body_len = len(head) + len(tail)
+        return _ATTR + _VARINTS[body_len] + head + tail  # an attr body is far below 16 KiB
+
+    @staticmethod
+    def io(inputs: bool, values: str, shapes: str, types: str) -> bytes:
+        """The Node ``inputs`` (or ``outputs``) field; written even when empty, as a set
+        message field is."""
+        body = ((_length_delimited(_IO_VALUES, values.encode()) if values else b"")
+                + (_length_delimited(_IO_SHAPES, shapes.encode()) if shapes else b"")
+                + (_length_delimited(_IO_TYPES, types.encode()) if types else b""))
+        return _length_delimited(_INPUTS if inputs else _OUTPUTS, body)
+
+    @staticmethod
+    def head(node_id: int, name_field: bytes, node_type: int, ctrl_deps: list[int] | None,
+             data_deps: list[int] | None, start_micros: int | None, duration_micros: int | None
+             ) -> bytes:
+        """Node fields 1-7, in field order; zero values are left out (proto3)."""
+        parts = [_ID + encode_varint(node_id)] if node_id else []
+        parts.append(name_field)
+        if node_type:
+            parts.append(_TYPE + _VARINTS[node_type])
+        if ctrl_deps:
+            parts.append(_length_delimited(_CTRL_DEPS, b"".join(map(encode_varint, ctrl_deps))))
+        if data_deps:
+            parts.append(_length_delimited(_DATA_DEPS, b"".join(map(encode_varint, data_deps))))
+        if start_micros:
+            parts.append(_START + encode_varint(start_micros))
+        if duration_micros:
+            parts.append(_DURATION + encode_varint(duration_micros))
+        return b"".join(parts)

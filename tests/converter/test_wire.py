@@ -1,0 +1,69 @@
+"""converter/wire.py writes Node bytes itself; protobuf's own serialiser is the second opinion."""
+
+from __future__ import annotations
+
+import pytest
+
+from chakra_hooks.converter import wire
+from chakra_hooks.converter.attrs import make_attr, oneof_for
+from chakra_hooks.converter.schema import IOInfo, Node
+
+ATTRS = [
+    ("is_cpu_op", True), ("is_cpu_op", False), ("host_side", True),
+    ("lane", "stream:0:7"), ("lane", ""), ("name with é", "välue ✓"),
+    ("start_ns", 1716423322446085432), ("duration_ns", 0), ("duration_ns", 127),
+    ("duration_ns", 16383), ("duration_ns", 16384), ("duration_ns", (1 << 28) - 1),
+    ("duration_ns", 1 << 28), ("et_id", -1), ("et_id", -(1 << 63)), ("et_id", (1 << 63) - 1),
+    ("tensor_size", 0), ("tensor_size", (1 << 64) - 1), ("num_ops", 123456789012),
+    ("comm_type", 6), ("comm_size", 1 << 40), ("comm_src", -1), ("comm_dst", 7),
+    ("comm_tag", (1 << 31) - 1), ("pg_name", "3"), ("ratio", 0.25), ("ratio", -1e300),
+    ("tokens_per_expert", [3, 0, 5]), ("experts", ["a", "b"]), ("empty", []),
+    ("flags", [True, False]), ("scales", [0.5, 2.0]), ("", 5),
+]
+
+
+@pytest.mark.parametrize(("name", "value"), ATTRS)
+def test_attribute_bytes_equal_protobufs(name: str, value: object) -> None:
+    expected = Node(attr=[make_attr(name, value)]).SerializeToString()
+    assert wire.NodeEncoder().attr(name, value) == expected
+    oneof = oneof_for(name, value)
+    if type(value) is int and oneof in ("int64_val", "uint64_val"):  # the timing / id fast path
+        assert wire.NodeEncoder().int_attr(name, value, oneof) == expected
+
+
+def test_cached_attributes_stay_right() -> None:
+    enc = wire.NodeEncoder()
+    for _ in range(3):  # the second and third calls come from the caches
+        for name, value in ATTRS:
+            assert enc.attr(name, value) == Node(attr=[make_attr(name, value)]).SerializeToString()
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("tensor_size", -1), ("tensor_size", 1 << 64), ("et_id", 1 << 63), ("et_id", -(1 << 63) - 1),
+    ("comm_src", 1 << 31), ("comm_dst", -(1 << 31) - 1),
+])
+def test_out_of_range_values_are_refused_like_protobuf(name: str, value: int) -> None:
+    with pytest.raises(ValueError):
+        make_attr(name, value)
+    with pytest.raises(ValueError):
+        wire.NodeEncoder().attr(name, value)
+
+
+@pytest.mark.parametrize("deps", [None, [], [1], [5, 127, 128, 1 << 20, (1 << 64) - 1]])
+@pytest.mark.parametrize(("node_id", "start", "duration"), [
+    (0, None, None), (1, 0, 0), (41814, 1716423322446085, 155), ((1 << 64) - 1, 1 << 63, 16384),
+])
+def test_node_head_and_io_equal_protobufs(deps: list[int] | None, node_id: int, start: int | None,
+                                          duration: int | None) -> None:
+    enc = wire.NodeEncoder()
+    for node_type in (0, 4, 7):
+        for name in ("", "aten::copy_", "void kernel<float, 2>(…)"):
+            node = Node(id=node_id, name=name, type=node_type, ctrl_deps=deps or [],
+                        data_deps=list(reversed(deps or [])), start_time_micros=start or 0,
+                        duration_micros=duration or 0,
+                        inputs=IOInfo(values="[[1,2]]", shapes="", types='["Tensor(float)"]'),
+                        outputs=IOInfo())
+            ours = (enc.head(node_id, enc.name(name), node_type, deps,
+                             None if deps is None else list(reversed(deps)), start, duration)
+                    + enc.io(True, "[[1,2]]", "", '["Tensor(float)"]') + enc.io(False, "", "", ""))
+            assert ours == node.SerializeToString()
