@@ -130,6 +130,10 @@ def main() -> None:
     REPEAT = args.repeat
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="chakra_bench_"))
     workdir.mkdir(parents=True, exist_ok=True)
+    status = subprocess.run([sys.executable, "-c", "from chakra_hooks._compiled import "
+                             "compiled_status; print(compiled_status())"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    print(f"compiled modules running: {status} (setup.py; 0 = pure Python)")
     print(f"{'run':<34} {'input MB':>9} {'seconds':>9} {'MB/s':>8} {'CPU s':>9} {'MB/CPU-s':>8} "
           f"{'peak MB':>9} {'peak/in':>7}")
     for k in args.tiles:

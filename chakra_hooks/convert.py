@@ -92,7 +92,7 @@ def convert_job(job: RankJob, staging: str, prefix: str, target: str, write_json
 
 def _convert_trace(trace: LinkedTrace, job: RankJob, staging: str, prefix: str, target: str, write_json: bool,
                    keep_mem: bool) -> RankResult:
-    from chakra_hooks.converter import etio, graph, inspect
+    from chakra_hooks.converter import etio, graph
 
     chakra = graph.build_graph(trace, target=target, keep_mem=keep_mem, consume=True)
     path = Path(staging) / f"{prefix}.{trace.rank}.et"
@@ -102,7 +102,7 @@ def _convert_trace(trace: LinkedTrace, job: RankJob, staging: str, prefix: str, 
         json_path = path.with_suffix(".json")
         etio.write_workload_json(json_path, chakra.nodes)
         files.append(json_path.name)
-    summary = inspect.summarize(path.name, chakra.metadata, chakra.nodes, check=False).to_json()
+    summary = chakra.tally.summary(path.name, chakra.metadata).to_json()
     return RankResult(trace.rank, files, summary, {**trace.stats, **chakra.stats},
                       chakra.groups, chakra.warnings, job.describe())
 

@@ -25,6 +25,7 @@ from chakra_hooks.linker.model import PS_PER_US, CommType, EdgeKind, LinkedTrace
 from .attrs import make_attr
 from .dag import unfinished_nodes
 from .etio import decode_bodies
+from .inspect import Tally
 from .schema import GlobalMetadata, Node, NodeType
 from .wire import NodeEncoder
 
@@ -54,6 +55,7 @@ class ChakraGraph:
     metadata: GlobalMetadata
     bodies: list[bytes]  # each node's serialised Node message, in file order
     groups: dict[int, list[int]]
+    tally: Tally  # what inspect.summarize would count in the nodes, counted as they were made
     stats: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     _nodes: Sequence[Node] | None = field(default=None, repr=False)
@@ -87,14 +89,15 @@ def build_graph(trace: LinkedTrace, target: str = "full", keep_mem: bool = False
     if consume:
         trace.ops, trace.edges = [], []
     bodies = []
-    encoder = NodeEncoder()
+    encoder, tally = NodeEncoder(), Tally()
     for index, op in enumerate(ops):
-        bodies.append(_make_node(op, deps.pop(op.uid, None), exact_unit, encoder))
+        bodies.append(_make_node(op, deps.pop(op.uid, None), exact_unit, encoder, tally))
         if consume:
             ops[index] = None  # type: ignore[call-overload]
     stats.update(nodes=len(bodies))
     metadata = _make_metadata(trace, target, exact_unit)
-    return ChakraGraph(trace.rank, metadata, bodies, dict(trace.groups), stats, list(trace.warnings))
+    return ChakraGraph(trace.rank, metadata, bodies, dict(trace.groups), tally, stats,
+                       list(trace.warnings))
 
 
 def _whole_ns(op: Op) -> bool:
@@ -148,7 +151,7 @@ def _resolve_edges(trace: LinkedTrace, kept: dict[int, Op]) -> tuple[dict[int, t
                 slot[edge.src] = edge.kind
     if len(kept) < len(known):
         _bypass_dropped(incoming, kept)
-    if _has_cycle(incoming, kept):
+    if not _in_time_order(incoming, kept) and _has_cycle(incoming, kept):
         stats["edges_against_time"] = _drop_edges_against_time(incoming, kept)
         if _has_cycle(incoming, kept):
             raise ValueError(f"rank {trace.rank}: the linked trace's dependencies form a cycle "
@@ -198,6 +201,27 @@ def _bypass_dropped(incoming: dict[int, dict[int, EdgeKind]], kept: dict[int, Op
         incoming[dst] = new
 
 
+def _in_time_order(incoming: dict[int, dict[int, EdgeKind]], kept: dict[int, Op]) -> bool:
+    """Whether every kept edge runs from an earlier (start, uid) to a later one, which rules a
+    cycle out in one pass (the usual case; else _has_cycle decides)."""
+    get = kept.get
+    for dst, sources in incoming.items():
+        dst_op = get(dst)
+        if dst_op is None:
+            continue
+        dst_start = dst_op.start_ps
+        if dst_start is None:
+            return False
+        for src in sources:
+            src_op = get(src)
+            if src_op is None:
+                continue
+            src_start = src_op.start_ps
+            if src_start is None or src_start > dst_start or (src_start == dst_start and src > dst):
+                return False
+    return True
+
+
 def _has_cycle(incoming: dict[int, dict[int, EdgeKind]], kept: dict[int, Op]) -> bool:
     return bool(unfinished_nodes(
         (uid, [src for src in incoming.get(uid, ()) if src in kept]) for uid in kept))
@@ -215,13 +239,15 @@ def _drop_edges_against_time(incoming: dict[int, dict[int, EdgeKind]], kept: dic
     return dropped
 
 
-def _make_node(op: Op, deps: tuple[list, list] | None, exact_unit: str, enc: NodeEncoder) -> bytes:
-    """One Chakra node, serialised (converter/wire.py). Runs once per node."""
-    data, ctrl = deps if deps else (None, None)
+def _make_node(op: Op, deps: tuple[list, list] | None, exact_unit: str, enc: NodeEncoder,
+               tally: Tally) -> bytes:
+    """One Chakra node, serialised (converter/wire.py) and counted. Runs once per node."""
+    data, ctrl = deps if deps else ((), ())
     start_ps, dur_ps = op.start_ps, op.dur_ps
-    parts = [enc.head(op.uid, enc.name(op.name), _NODE_TYPE[op.kind], ctrl, data,
-                      None if start_ps is None else round_us(start_ps),
-                      None if dur_ps is None else round_us(dur_ps))]
+    node_type = _NODE_TYPE[op.kind]
+    duration_us = 0 if dur_ps is None else round_us(dur_ps)
+    parts = [enc.head(op.uid, enc.name(op.name), node_type, ctrl, data,
+                      None if start_ps is None else round_us(start_ps), duration_us)]
     if op.inputs is not None:
         parts.append(enc.io(True, op.inputs.values, op.inputs.shapes, op.inputs.types))
     if op.outputs is not None:
@@ -230,7 +256,8 @@ def _make_node(op: Op, deps: tuple[list, list] | None, exact_unit: str, enc: Nod
     # COMM nodes are never host ops for consumers (ASTRA-sim rejects them); gloo's host-side
     # collectives keep that fact in ``host_side``.
     is_comm = op.kind in _COMM_KINDS
-    parts.append(attr("is_cpu_op", not op.on_device and not is_comm))
+    cpu = not op.on_device and not is_comm
+    parts.append(attr("is_cpu_op", cpu))
     if is_comm and not op.on_device:
         parts.append(attr("host_side", True))
     divisor = 1000 if exact_unit == "ns" else 1
@@ -247,6 +274,10 @@ def _make_node(op: Op, deps: tuple[list, list] | None, exact_unit: str, enc: Nod
         parts.append(enc.int_attr("num_ops", op.flops))
     if op.comm is not None and is_comm:
         parts.extend(attr(name, value) for name, value in _comm_attrs(op))
+        tally.add(node_type, duration_us, len(data), len(ctrl), cpu,
+                  op.comm.comm_type if op.kind == OpKind.COLLECTIVE else None, op.comm.size_bytes)
+    else:
+        tally.add(node_type, duration_us, len(data), len(ctrl), cpu)
     parts.append(attr("lane", op.lane))
     if op.attrs:
         parts.extend(attr(name, value) for name, value in op.attrs.items())

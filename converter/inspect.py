@@ -51,32 +51,66 @@ class Summary:
         return asdict(self)
 
 
+class Tally:
+    """The counts behind a Summary, fed one node at a time: by :func:`summarize` from decoded
+    nodes, and by the converter from the nodes it writes (no decoding back)."""
+
+    def __init__(self) -> None:
+        self.count_by: Counter[int] = Counter()
+        self.duration_by: Counter[int] = Counter()
+        self.comm_types: Counter[str] = Counter()
+        self.comm_bytes: Counter[str] = Counter()
+        self.nodes = self.data_deps = self.ctrl_deps = self.cpu = 0
+
+    def add(self, kind: int, duration_us: int, data_deps: int, ctrl_deps: int, cpu: bool,
+            comm_type: object = None, comm_size: object = None) -> None:
+        """One node: its NodeType value, duration_micros, dependency counts, is_cpu_op, and
+        for COMM nodes the comm_type / comm_size attribute values."""
+        self.nodes += 1
+        self.count_by[kind] += 1
+        self.duration_by[kind] += duration_us
+        self.data_deps += data_deps
+        self.ctrl_deps += ctrl_deps
+        self.cpu += cpu
+        if comm_type is not None and kind == _COMM_COLL:
+            self.comm_types[_comm_name(comm_type)] += 1
+            self.comm_bytes[_comm_name(comm_type)] += int(comm_size or 0)
+        elif comm_size is not None and kind != _COMM_COLL:
+            self.comm_bytes[NodeType.Name(kind)] += int(comm_size)
+
+    def summary(self, path: str, metadata: GlobalMetadata) -> Summary:
+        meta = {attr.name: value_of(attr) for attr in metadata.attr}
+        by_type = {NodeType.Name(k): v for k, v in self.count_by.items()}
+        duration = {NodeType.Name(k): v for k, v in self.duration_by.items()}
+        match = _RANK_IN_NAME.search(path)
+        return Summary(
+            path=path, schema=str(meta.get("schema", metadata.version)), nodes=self.nodes,
+            by_type=by_type, comm_types=dict(self.comm_types),
+            comm_bytes=sum(self.comm_bytes.values()), duration_us=sum(duration.values()),
+            data_deps=self.data_deps, ctrl_deps=self.ctrl_deps,
+            rank=int(match.group(1)) if match else None, version=metadata.version,
+            metadata={k: v for k, v in meta.items() if isinstance(v, (str, int, float, bool))},
+            duration_by_type_us=duration, comm_bytes_by_type=dict(self.comm_bytes),
+            cpu_nodes=self.cpu,
+        )
+
+
 def summarize(path: str, metadata: GlobalMetadata, nodes: Sequence[Node], check: bool = True) -> Summary:
     """Count what is in one decoded ET.
 
     Raises TraceFormatError on a node type outside the schema or an attribute whose value is of
     no type the schema knows (``validate`` lists every such problem instead of stopping).
-    Counting is keyed by the integer type (names are looked up once at the end): this runs over
-    every node of every converted rank. ``check=False`` (for nodes this process just built)
-    skips the per-attribute type check and stops reading a non-COMM node's attributes at
-    ``is_cpu_op``.
+    ``check=False`` (for nodes this process just built) skips the per-attribute type check and
+    stops reading a non-COMM node's attributes at ``is_cpu_op``.
     """
-    meta = {attr.name: value_of(attr) for attr in metadata.attr}
-    count_by: Counter[int] = Counter()
-    duration_by: Counter[int] = Counter()
-    comm_types: Counter[str] = Counter()
-    comm_bytes: Counter[str] = Counter()
-    data_deps = ctrl_deps = cpu = 0
+    tally = Tally()
     for index, node in enumerate(nodes):
         kind = node.type
         if kind not in _KNOWN_TYPES:
             raise TraceFormatError(path, f"node id {node.id} (#{index})",
                                    f"a Chakra NodeType (0-{max(_KNOWN_TYPES)}), got {kind}")
-        count_by[kind] += 1
-        duration_by[kind] += node.duration_micros
-        data_deps += len(node.data_deps)
-        ctrl_deps += len(node.ctrl_deps)
         comm_type = size = None
+        cpu = False
         is_comm = kind in _COMM_NODE_TYPES
         for attr in node.attr:
             name = attr.name
@@ -84,7 +118,7 @@ def summarize(path: str, metadata: GlobalMetadata, nodes: Sequence[Node], check:
                 raise TraceFormatError(path, f"node id {node.id} attribute {name!r}",
                                        "a value of a type the Chakra schema defines (unknown field)")
             if name == "is_cpu_op":
-                cpu += attr.bool_val
+                cpu = attr.bool_val
                 if not (is_comm or check):
                     break
             elif is_comm:
@@ -92,22 +126,9 @@ def summarize(path: str, metadata: GlobalMetadata, nodes: Sequence[Node], check:
                     comm_type = value_of(attr)
                 elif name == "comm_size":
                     size = value_of(attr)
-        if comm_type is not None and kind == _COMM_COLL:
-            comm_types[_comm_name(comm_type)] += 1
-            comm_bytes[_comm_name(comm_type)] += int(size or 0)
-        elif size is not None and kind != _COMM_COLL:
-            comm_bytes[NodeType.Name(kind)] += int(size)
-    by_type = {NodeType.Name(k): v for k, v in count_by.items()}
-    duration = {NodeType.Name(k): v for k, v in duration_by.items()}
-    match = _RANK_IN_NAME.search(path)
-    return Summary(
-        path=path, schema=str(meta.get("schema", metadata.version)), nodes=len(nodes),
-        by_type=by_type, comm_types=dict(comm_types), comm_bytes=sum(comm_bytes.values()),
-        duration_us=sum(duration.values()), data_deps=data_deps, ctrl_deps=ctrl_deps,
-        rank=int(match.group(1)) if match else None, version=metadata.version,
-        metadata={k: v for k, v in meta.items() if isinstance(v, (str, int, float, bool))},
-        duration_by_type_us=duration, comm_bytes_by_type=dict(comm_bytes), cpu_nodes=cpu,
-    )
+        tally.add(kind, node.duration_micros, len(node.data_deps), len(node.ctrl_deps), cpu,
+                  comm_type, size)
+    return tally.summary(path, metadata)
 
 
 def render(summary: Summary) -> str:

@@ -11,6 +11,7 @@ import pytest
 
 from chakra_hooks.converter import etio
 from chakra_hooks.converter.graph import build_graph
+from chakra_hooks.converter.inspect import summarize
 from chakra_hooks.converter.validate import validate
 from chakra_hooks.linker.model import OpKind
 from chakra_hooks.linker.pytorch_link import link
@@ -44,6 +45,9 @@ def test_corpus_converts_and_validates(corpus: Path, tmp_path: Path, name: str,
     assert report.ok, report.counts()
     # The node bytes we write ourselves (converter/wire.py) are protobuf's own encoding.
     assert all(node.SerializeToString() == body for node, body in zip(graph.nodes, graph.bodies))
+    # What the converter counted as it wrote is what inspect counts in the decoded nodes.
+    assert (graph.tally.summary(f"{name}.0.et", graph.metadata)
+            == summarize(f"{name}.0.et", graph.metadata, graph.nodes))
     out = tmp_path / f"{name}.0.et"
     etio.write_et(out, graph.metadata, graph.bodies)
     assert len(reference_reader(out)[1]) == len(graph.nodes)
