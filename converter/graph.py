@@ -244,10 +244,12 @@ def _make_node(op: Op, deps: tuple[list, list] | None, exact_unit: str, enc: Nod
     """One Chakra node, serialised (converter/wire.py) and counted. Runs once per node."""
     data, ctrl = deps if deps else ((), ())
     start_ps, dur_ps = op.start_ps, op.dur_ps
-    node_type = _NODE_TYPE[op.kind]
-    duration_us = 0 if dur_ps is None else round_us(dur_ps)
-    parts = [enc.head(op.uid, enc.name(op.name), node_type, ctrl, data,
-                      None if start_ps is None else round_us(start_ps), duration_us)]
+    kind = op.kind
+    node_type = _NODE_TYPE[kind]
+    duration_us = 0 if dur_ps is None else (dur_ps + _HALF_US) // PS_PER_US
+    parts = [enc.head(op.uid, enc.name(op.name, node_type), ctrl, data,
+                      None if start_ps is None else (start_ps + _HALF_US) // PS_PER_US,
+                      duration_us)]
     if op.inputs is not None:
         parts.append(enc.io(True, op.inputs.values, op.inputs.shapes, op.inputs.types))
     if op.outputs is not None:
@@ -255,17 +257,15 @@ def _make_node(op: Op, deps: tuple[list, list] | None, exact_unit: str, enc: Nod
     attr = enc.attr
     # COMM nodes are never host ops for consumers (ASTRA-sim rejects them); gloo's host-side
     # collectives keep that fact in ``host_side``.
-    is_comm = op.kind in _COMM_KINDS
+    is_comm = kind in _COMM_KINDS
     cpu = not op.on_device and not is_comm
     parts.append(attr("is_cpu_op", cpu))
     if is_comm and not op.on_device:
         parts.append(attr("host_side", True))
     divisor = 1000 if exact_unit == "ns" else 1
-    if start_ps is not None:
-        parts.append(enc.int_attr(_START_ATTR[exact_unit], start_ps // divisor))
-    if dur_ps is not None:
-        parts.append(enc.int_attr(_DURATION_ATTR[exact_unit], dur_ps // divisor))
-    else:
+    parts.append(enc.timing(exact_unit, None if start_ps is None else start_ps // divisor,
+                            None if dur_ps is None else dur_ps // divisor))
+    if dur_ps is None:
         # Say so rather than pass off 0 as a measurement (an ET op that Kineto did not record).
         parts.append(attr("duration_unknown", True))
     if op.bytes is not None:
@@ -273,20 +273,19 @@ def _make_node(op: Op, deps: tuple[list, list] | None, exact_unit: str, enc: Nod
     if op.flops is not None:
         parts.append(enc.int_attr("num_ops", op.flops))
     if op.comm is not None and is_comm:
-        parts.extend(attr(name, value) for name, value in _comm_attrs(op))
+        parts.extend([attr(name, value) for name, value in _comm_attrs(op)])
         tally.add(node_type, duration_us, len(data), len(ctrl), cpu,
-                  op.comm.comm_type if op.kind == OpKind.COLLECTIVE else None, op.comm.size_bytes)
+                  op.comm.comm_type if kind == OpKind.COLLECTIVE else None, op.comm.size_bytes)
     else:
         tally.add(node_type, duration_us, len(data), len(ctrl), cpu)
     parts.append(attr("lane", op.lane))
     if op.attrs:
-        parts.extend(attr(name, value) for name, value in op.attrs.items())
+        for name, value in op.attrs.items():
+            parts.append(attr(name, value))
     return b"".join(parts)
 
 
-_START_ATTR = {"ns": "start_ns", "ps": "start_ps"}
-_DURATION_ATTR = {"ns": "duration_ns", "ps": "duration_ps"}
-
+_HALF_US = PS_PER_US // 2  # round_us, inlined above: half up
 
 def _comm_attrs(op: Op) -> Iterable[tuple[str, object]]:
     comm = op.comm

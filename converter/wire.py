@@ -109,6 +109,19 @@ def encode_attr(name: str, value: object, oneof: str | None = None) -> bytes:
     return head + key + encode_varint(value)  # type: ignore[arg-type]
 
 
+def _int_field(head: bytes, value: int, oneof: str) -> bytes:
+    """A Node ``attr`` field: ``head`` (the attribute's name and value key) + ``value``."""
+    if 0 <= value <= _I64_MAX:
+        tail = encode_varint(value)
+    elif oneof == "int64_val":
+        tail = _signed_varint(value, _I64_MIN, _I64_MAX, oneof)
+    elif oneof == "uint64_val" and 0 <= value < _U64:
+        tail = encode_varint(value)
+    else:
+        raise ValueError(f"value {value} out of range for {oneof}")
+    return _ATTR + _VARINTS[len(head) + len(tail)] + head + tail  # an attr is far below 16 KiB
+
+
 class NodeEncoder:
     """Writes Node message bodies; caches what repeats within one graph.
 
@@ -117,17 +130,29 @@ class NodeEncoder:
     """
 
     def __init__(self) -> None:
-        self._names: dict[str, bytes] = {}
+        self._names: dict[tuple[str, int], bytes] = {}
         self._attrs: dict[tuple, bytes] = {}  # (name, value, oneof) -> the whole attr field
         self._int_heads: dict[tuple[str, str], bytes] = {}  # (name, oneof) -> field up to the value
         self._oneofs: dict[tuple[str, type], str] = {}
+        self._timing_heads: dict[str, tuple[bytes, bytes]] = {}
 
-    def name(self, name: str) -> bytes:
-        """The Node ``name`` field."""
-        field = self._names.get(name)
+    def name(self, name: str, node_type: int = 0) -> bytes:
+        """The Node ``name`` and ``type`` fields (2 and 3)."""
+        field = self._names.get((name, node_type))
         if field is None:
-            field = self._names[name] = _length_delimited(_NAME, name.encode()) if name else b""
+            field = (_length_delimited(_NAME, name.encode()) if name else b"") + (
+                _TYPE + _VARINTS[node_type] if node_type else b"")
+            self._names[(name, node_type)] = field
         return field
+
+    def timing(self, unit: str, start: int | None, duration: int | None) -> bytes:
+        """The ``start_<unit>`` and ``duration_<unit>`` attributes (either may be None)."""
+        heads = self._timing_heads.get(unit)
+        if heads is None:
+            heads = self._timing_heads[unit] = (_attr_name("start_" + unit) + _SCALAR_KEYS["int64_val"],
+                                                _attr_name("duration_" + unit) + _SCALAR_KEYS["int64_val"])
+        out = b"" if start is None else _int_field(heads[0], start, "int64_val")
+        return out if duration is None else out + _int_field(heads[1], duration, "int64_val")
 
     def attr(self, name: str, value: object) -> bytes:
         """One Node ``attr`` field (key, length, AttributeProto); b"" for a None value."""
@@ -153,14 +178,7 @@ class NodeEncoder:
         head = self._int_heads.get((name, oneof))
         if head is None:
             head = self._int_heads[(name, oneof)] = _attr_name(name) + _SCALAR_KEYS[oneof]
-        if 0 <= value < _U64 and (value <= _I64_MAX or oneof == "uint64_val"):
-            tail = encode_varint(value)
-        elif oneof == "int64_val":
-            tail = _signed_varint(value, _I64_MIN, _I64_MAX, oneof)
-        else:
-            raise ValueError(f"attribute {name!r}: value {value} out of range for {oneof}")
-        body_len = len(head) + len(tail)
-        return _ATTR + _VARINTS[body_len] + head + tail  # an attr body is far below 16 KiB
+        return _int_field(head, value, oneof)
 
     @staticmethod
     def io(inputs: bool, values: str, shapes: str, types: str) -> bytes:
@@ -172,20 +190,18 @@ class NodeEncoder:
         return _length_delimited(_INPUTS if inputs else _OUTPUTS, body)
 
     @staticmethod
-    def head(node_id: int, name_field: bytes, node_type: int, ctrl_deps: list[int] | None,
+    def head(node_id: int, name_field: bytes, ctrl_deps: list[int] | None,
              data_deps: list[int] | None, start_micros: int | None, duration_micros: int | None
              ) -> bytes:
-        """Node fields 1-7, in field order; zero values are left out (proto3)."""
-        parts = [_ID + encode_varint(node_id)] if node_id else []
-        parts.append(name_field)
-        if node_type:
-            parts.append(_TYPE + _VARINTS[node_type])
+        """Node fields 1-7, in field order (``name_field``: :meth:`name`); zero values are left
+        out (proto3)."""
+        out = _ID + encode_varint(node_id) + name_field if node_id else name_field
         if ctrl_deps:
-            parts.append(_length_delimited(_CTRL_DEPS, b"".join(map(encode_varint, ctrl_deps))))
+            out += _length_delimited(_CTRL_DEPS, b"".join(map(encode_varint, ctrl_deps)))
         if data_deps:
-            parts.append(_length_delimited(_DATA_DEPS, b"".join(map(encode_varint, data_deps))))
+            out += _length_delimited(_DATA_DEPS, b"".join(map(encode_varint, data_deps)))
         if start_micros:
-            parts.append(_START + encode_varint(start_micros))
+            out += _START + encode_varint(start_micros)
         if duration_micros:
-            parts.append(_DURATION + encode_varint(duration_micros))
-        return b"".join(parts)
+            out += _DURATION + encode_varint(duration_micros)
+        return out

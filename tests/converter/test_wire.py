@@ -63,7 +63,16 @@ def test_node_head_and_io_equal_protobufs(deps: list[int] | None, node_id: int, 
                         duration_micros=duration or 0,
                         inputs=IOInfo(values="[[1,2]]", shapes="", types='["Tensor(float)"]'),
                         outputs=IOInfo())
-            ours = (enc.head(node_id, enc.name(name), node_type, deps,
+            ours = (enc.head(node_id, enc.name(name, node_type), deps,
                              None if deps is None else list(reversed(deps)), start, duration)
                     + enc.io(True, "[[1,2]]", "", '["Tensor(float)"]') + enc.io(False, "", "", ""))
             assert ours == node.SerializeToString()
+
+
+@pytest.mark.parametrize(("start", "duration"), [(None, None), (0, None), (None, 0), (5, 7),
+                                                 (1716423322446085432, -3)])
+@pytest.mark.parametrize("unit", ["ns", "ps"])
+def test_timing_attributes_equal_protobufs(unit: str, start: int | None, duration: int | None) -> None:
+    attrs = [make_attr(f"{what}_{unit}", value) for what, value in
+             (("start", start), ("duration", duration)) if value is not None]
+    assert wire.NodeEncoder().timing(unit, start, duration) == Node(attr=attrs).SerializeToString()
