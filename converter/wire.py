@@ -47,7 +47,9 @@ def _encode_varint_loop(value: int) -> bytes:
     return bytes(out)
 
 
-_VARINTS = [_encode_varint_loop(n) for n in range(_VARINT_CACHE_SIZE)]
+# Built without a call per entry: they are made at import, i.e. on every start of the CLI.
+_VARINTS = [bytes((n,)) for n in range(0x80)] + [
+    bytes(((n & 0x7F) | 0x80, n >> 7)) for n in range(0x80, _VARINT_CACHE_SIZE)]
 # 14 low bits as the first two bytes of a longer varint (both with the continuation bit).
 _LOW14 = [bytes(((n & 0x7F) | 0x80, (n >> 7) | 0x80)) for n in range(1 << 14)]
 # Varint tails of values >> 28: timestamps, the common large values, share a few of them.

@@ -284,8 +284,7 @@ def _read_events(trace: KinetoTrace, events: list[KEvent], raws: list[msgspec.Ra
         if found is None:
             continue
         out, cat, full_names = found
-        ev.cat = cat
-        ev.ph = "X"
+        ev.cat = cat  # one shared string per category, not one per event
         args = ev.args
         try:
             if type(args) is not common_type:

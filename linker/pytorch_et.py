@@ -94,8 +94,8 @@ _STD_VALUED = {_StdRfId: "rf_id", _StdSeqId: "seq_id", _StdScope: "scope", _StdT
 _STD_OTHERS = tuple(type(f"_Std_{n}", (_Std,), {}, tag=n) for n in sorted(
     _STANDARD_ATTRS - set(_STD_VALUED.values())))
 _STD_LAST = tuple(t for t in _STD_OTHERS if t.__struct_config__.tag in _STANDARD_LAST)
-_STD_LISTS_DECODER = msgspec.json.Decoder(
-    list[list[Union[tuple(_STD_VALUED) + _STD_OTHERS]]])  # type: ignore[misc]
+_STD_UNION = Union[tuple(_STD_VALUED) + _STD_OTHERS]  # type: ignore[misc]
+_STD_LISTS_DECODER = msgspec.json.Decoder(list[list[_STD_UNION]])  # type: ignore[valid-type]
 CHUNK = 1024  # nodes whose attrs are decoded in one call
 
 
@@ -217,6 +217,23 @@ class _EtDoc(msgspec.Struct):
 _DECODER = msgspec.json.Decoder(_EtDoc)
 
 
+class _EtNodeStd(EtNode, gc=False):
+    """An EtNode whose attrs hold the standard attrs only: decoded with the file, as the
+    tagged union, instead of kept raw and decoded again (the usual case, one pass less)."""
+
+    attr_raw: list[_STD_UNION] | None = msgspec.field(default=None, name="attrs")  # type: ignore[valid-type]
+
+
+class _EtDocStd(msgspec.Struct):
+    nodes: list[_EtNodeStd] | None = None
+    schema: object = ""
+    pid: object = None
+    time: object = ""
+
+
+_STD_DECODER = msgspec.json.Decoder(_EtDocStd)
+
+
 @dataclass(slots=True)
 class HostEt:
     path: Path
@@ -298,15 +315,20 @@ def _set_attrs(node: EtNode, attr_list: list[EtAttr]) -> None:
 
 def _finish_nodes(nodes: list[EtNode], path: Path) -> None:
     """_finish_node on every node, its common case inlined (this loop runs once per node of
-    the file: call overhead and attribute lookups are most of its time). Attrs lists are
-    decoded CHUNK nodes at a time, in one decoder call per chunk (their slices joined)."""
+    the file: call overhead and attribute lookups are most of its time). Attrs lists not
+    decoded with the file (_EtNodeStd) are decoded CHUNK nodes at a time, in one decoder call
+    per chunk (their slices joined)."""
     null, no_attrs = _NULL, _NO_ATTRS
+    decoded = bool(nodes) and type(nodes[0]) is _EtNodeStd
     for lo in range(0, len(nodes), CHUNK):
         part = nodes[lo:lo + CHUNK]
-        raws = [n.attr_raw for n in part if n.attr_raw is not null]
-        std = _decode_std_chunk(raws)
-        lists = iter(std if std is not None else _decode_attr_chunk(part, raws, lo, path))
-        finish = _set_std_attrs if std is not None else _set_attrs
+        if decoded:
+            lists, finish = None, _set_std_attrs
+        else:
+            raws = [n.attr_raw for n in part if n.attr_raw is not null]
+            std = _decode_std_chunk(raws)
+            lists = iter(std if std is not None else _decode_attr_chunk(part, raws, lo, path))
+            finish = _set_std_attrs if std is not None else _set_attrs
         for index, node in enumerate(part, lo):
             parent = node.ctrl_deps
             if parent is None:
@@ -316,9 +338,13 @@ def _finish_nodes(nodes: list[EtNode], path: Path) -> None:
             node.parent = parent
             node.attrs = no_attrs
             node.name = intern(node.name)
-            if node.attr_raw is not null:
+            attr_list = node.attr_raw
+            if attr_list is not null:
                 node.attr_raw = null
-                finish(node, next(lists))
+                if lists is not None:
+                    finish(node, next(lists))
+                elif attr_list:
+                    finish(node, attr_list)
 
 
 def _set_std_attrs(node: EtNode, attr_list: list[_Std]) -> None:
@@ -374,7 +400,10 @@ def read_host_et(path: Path) -> HostEt:
     """Read a PyTorch host ET; raises TraceFormatError for anything that is not one."""
     path = Path(path)
     raw = read_bytes(path)
-    doc = decode(path, raw, _DECODER)
+    try:  # the common layout, attrs decoded in the same pass (see _EtNodeStd)
+        doc = _STD_DECODER.decode(raw)
+    except msgspec.MsgspecError:  # other attrs, or a bad file (then decode names the problem)
+        doc = decode(path, raw, _DECODER)
     if doc.nodes is None:
         raise TraceFormatError(path, "top level", "a PyTorch execution trace with a 'nodes' list")
     nodes = doc.nodes

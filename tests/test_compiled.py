@@ -1,0 +1,48 @@
+"""The compiled build (setup.py, chakra_hooks/_compiled.py): same code, all or nothing."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+
+from chakra_hooks import _compiled
+
+
+def test_either_every_listed_module_runs_compiled_or_none() -> None:
+    # A module that failed to compile stays Python silently (a warning in pip's log): a
+    # partial build means one module no longer compiles and has lost its speed.
+    modules = [importlib.import_module(name) for name, _ in _compiled.COMPILED]
+    compiled = [m.__name__ for m in modules if _compiled.is_compiled(m)]
+    assert compiled in ([], [m.__name__ for m in modules]), compiled
+
+
+def test_listed_sources_exist() -> None:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for name, source in _compiled.COMPILED:
+        assert os.path.isfile(os.path.join(root, source)), (name, source)
+        assert name.rpartition(".")[2] == os.path.basename(source)[:-3]
+
+
+def test_pure_python_switch_runs_the_sources() -> None:
+    code = ("import importlib; from chakra_hooks import _compiled; "
+            "print(sum(_compiled.is_compiled(importlib.import_module(n)) "
+            "for n, _ in _compiled.COMPILED))")
+    env = dict(os.environ, CHAKRA_HOOKS_PURE_PYTHON="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "0"
+
+
+def test_compiled_and_pure_python_write_the_same_bytes(corpus, tmp_path) -> None:
+    # Meaningful when the build compiled (the CI build does): the same sources, two ways.
+    outputs = []
+    for pure in ("", "1"):
+        out = tmp_path / f"pure{pure or 0}"
+        env = dict(os.environ, CHAKRA_HOOKS_PURE_PYTHON=pure)
+        subprocess.run([sys.executable, "-m", "chakra_hooks.cli", "convert",
+                        str(corpus / "pytorch" / "a100_resnet_nccl"), "-o", str(out), "-j", "1"],
+                       env=env, capture_output=True, text=True, check=True)
+        outputs.append({p.name: p.read_bytes() for p in sorted(out.iterdir())})
+    assert outputs[0] and outputs[0] == outputs[1]
