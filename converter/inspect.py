@@ -55,9 +55,12 @@ class Tally:
     """The counts behind a Summary, fed one node at a time: by :func:`summarize` from decoded
     nodes, and by the converter from the nodes it writes (no decoding back)."""
 
+    __slots__ = ("count_by", "duration_by", "comm_types", "comm_bytes", "nodes", "data_deps",
+                 "ctrl_deps", "cpu")
+
     def __init__(self) -> None:
-        self.count_by: Counter[int] = Counter()
-        self.duration_by: Counter[int] = Counter()
+        self.count_by: dict[int, int] = {}
+        self.duration_by: dict[int, int] = {}
         self.comm_types: Counter[str] = Counter()
         self.comm_bytes: Counter[str] = Counter()
         self.nodes = self.data_deps = self.ctrl_deps = self.cpu = 0
@@ -65,13 +68,15 @@ class Tally:
     def add(self, kind: int, duration_us: int, data_deps: int, ctrl_deps: int, cpu: bool,
             comm_type: object = None, comm_size: object = None) -> None:
         """One node: its NodeType value, duration_micros, dependency counts, is_cpu_op, and
-        for COMM nodes the comm_type / comm_size attribute values."""
+        for COMM nodes the comm_type / comm_size attribute values. (Runs once per node.)"""
         self.nodes += 1
-        self.count_by[kind] += 1
-        self.duration_by[kind] += duration_us
+        count_by, duration_by = self.count_by, self.duration_by
+        count_by[kind] = count_by.get(kind, 0) + 1
+        duration_by[kind] = duration_by.get(kind, 0) + duration_us
         self.data_deps += data_deps
         self.ctrl_deps += ctrl_deps
-        self.cpu += cpu
+        if cpu:
+            self.cpu += 1
         if comm_type is not None and kind == _COMM_COLL:
             self.comm_types[_comm_name(comm_type)] += 1
             self.comm_bytes[_comm_name(comm_type)] += int(comm_size or 0)

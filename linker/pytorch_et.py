@@ -258,7 +258,10 @@ class HostEt:
         null = _NULL
         for node in self.nodes:  # drop_raw, inlined: this runs on every node
             node.raw_inputs = node.raw_outputs = null
-            node.input_shapes = node.input_types = node.output_shapes = node.output_types = null
+            # The flat 1.0.1 layout only (1.0.2+ keeps shapes and types inside inputs).
+            if node.input_shapes is not null or node.output_shapes is not null:
+                node.input_shapes = node.input_types = null
+                node.output_shapes = node.output_types = null
 
     def thread_roots(self) -> list[EtNode]:
         by_id = self.by_id
