@@ -57,7 +57,9 @@ _HIGH_TAILS: dict[int, bytes] = {}
 
 
 def encode_varint(value: int) -> bytes:
-    """The protobuf base-128 varint encoding of a non-negative integer."""
+    """The protobuf base-128 varint encoding of an integer in [0, 2**64)."""
+    if value < 0 or value >= _U64:  # protobuf's unsigned fields refuse these too
+        raise ValueError(f"value {value} out of range for a varint")
     if value < _VARINT_CACHE_SIZE:
         return _VARINTS[value]
     if value < 1 << 28:

@@ -76,3 +76,11 @@ def test_timing_attributes_equal_protobufs(unit: str, start: int | None, duratio
     attrs = [make_attr(f"{what}_{unit}", value) for what, value in
              (("start", start), ("duration", duration)) if value is not None]
     assert wire.NodeEncoder().timing(unit, start, duration) == Node(attr=attrs).SerializeToString()
+
+
+@pytest.mark.parametrize("value", [-1, -(1 << 40), 1 << 64])
+def test_varints_out_of_range_are_refused(value: int) -> None:
+    with pytest.raises(ValueError):
+        Node(start_time_micros=value)  # protobuf refuses them for an unsigned field
+    with pytest.raises(ValueError):
+        wire.NodeEncoder().head(1, b"", None, None, value, None)
