@@ -224,11 +224,8 @@ class _EtNodeStd(EtNode, gc=False):
     attr_raw: list[_STD_UNION] | None = msgspec.field(default=None, name="attrs")  # type: ignore[valid-type]
 
 
-class _EtDocStd(msgspec.Struct):
+class _EtDocStd(_EtDoc):
     nodes: list[_EtNodeStd] | None = None
-    schema: object = ""
-    pid: object = None
-    time: object = ""
 
 
 _STD_DECODER = msgspec.json.Decoder(_EtDocStd)
