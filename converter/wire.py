@@ -81,7 +81,14 @@ def _signed_varint(value: int, low: int, high: int, oneof: str) -> bytes:
 
 
 def _length_delimited(key: bytes, body: bytes) -> bytes:
-    return key + encode_varint(len(body)) + body
+    size = len(body)
+    return key + (_VARINTS[size] if size < _VARINT_CACHE_SIZE else encode_varint(size)) + body
+
+
+def _packed(values: list[int]) -> bytes:
+    """A packed repeated varint field's payload (node ids: small, non-negative)."""
+    table, size = _VARINTS, _VARINT_CACHE_SIZE
+    return b"".join([table[v] if 0 <= v < size else encode_varint(v) for v in values])
 
 
 def _attr_name(name: str) -> bytes:
@@ -115,7 +122,11 @@ def encode_attr(name: str, value: object, oneof: str | None = None) -> bytes:
 
 def _int_field(head: bytes, value: int, oneof: str) -> bytes:
     """A Node ``attr`` field: ``head`` (the attribute's name and value key) + ``value``."""
-    if 0 <= value <= _I64_MAX:
+    # Calls cost more than the encoding here (this runs for several attributes of every
+    # node), so small values, the most common, are looked up in place.
+    if 0 <= value < _VARINT_CACHE_SIZE:
+        tail = _VARINTS[value]
+    elif 0 <= value <= _I64_MAX:
         tail = encode_varint(value)
     elif oneof == "int64_val":
         tail = _signed_varint(value, _I64_MIN, _I64_MAX, oneof)
@@ -167,7 +178,10 @@ class NodeEncoder:
         if oneof is None:
             oneof = self._oneofs[(name, kind)] = oneof_for(name, value)
         if kind is int and oneof in ("int64_val", "uint64_val"):
-            return self.int_attr(name, value, oneof)  # type: ignore[arg-type]
+            head = self._int_heads.get((name, oneof))
+            if head is None:
+                head = self._int_heads[(name, oneof)] = _attr_name(name) + _SCALAR_KEYS[oneof]
+            return _int_field(head, value, oneof)  # type: ignore[arg-type]
         if kind is str or kind is bool:
             cache_key = (name, value, oneof)
             field = self._attrs.get(cache_key)
@@ -188,9 +202,13 @@ class NodeEncoder:
     def io(inputs: bool, values: str, shapes: str, types: str) -> bytes:
         """The Node ``inputs`` (or ``outputs``) field; written even when empty, as a set
         message field is."""
-        body = ((_length_delimited(_IO_VALUES, values.encode()) if values else b"")
-                + (_length_delimited(_IO_SHAPES, shapes.encode()) if shapes else b"")
-                + (_length_delimited(_IO_TYPES, types.encode()) if types else b""))
+        body = b""
+        for key, text in ((_IO_VALUES, values), (_IO_SHAPES, shapes), (_IO_TYPES, types)):
+            if text:
+                data = text.encode()
+                size = len(data)
+                body += key + (_VARINTS[size] if size < _VARINT_CACHE_SIZE
+                               else encode_varint(size)) + data
         return _length_delimited(_INPUTS if inputs else _OUTPUTS, body)
 
     @staticmethod
@@ -201,9 +219,9 @@ class NodeEncoder:
         out (proto3)."""
         out = _ID + encode_varint(node_id) + name_field if node_id else name_field
         if ctrl_deps:
-            out += _length_delimited(_CTRL_DEPS, b"".join(map(encode_varint, ctrl_deps)))
+            out += _length_delimited(_CTRL_DEPS, _packed(ctrl_deps))
         if data_deps:
-            out += _length_delimited(_DATA_DEPS, b"".join(map(encode_varint, data_deps)))
+            out += _length_delimited(_DATA_DEPS, _packed(data_deps))
         if start_micros:
             out += _START + encode_varint(start_micros)
         if duration_micros:
