@@ -134,7 +134,8 @@ def _int_field(head: bytes, value: int, oneof: str) -> bytes:
         tail = encode_varint(value)
     else:
         raise ValueError(f"value {value} out of range for {oneof}")
-    return _ATTR + _VARINTS[len(head) + len(tail)] + head + tail  # an attr is far below 16 KiB
+    size = len(head) + len(tail)
+    return _ATTR + (_VARINTS[size] if size < _VARINT_CACHE_SIZE else encode_varint(size)) + head + tail
 
 
 class NodeEncoder:

@@ -18,7 +18,7 @@ ATTRS = [
     ("comm_type", 6), ("comm_size", 1 << 40), ("comm_src", -1), ("comm_dst", 7),
     ("comm_tag", (1 << 31) - 1), ("pg_name", "3"), ("ratio", 0.25), ("ratio", -1e300),
     ("tokens_per_expert", [3, 0, 5]), ("experts", ["a", "b"]), ("empty", []),
-    ("flags", [True, False]), ("scales", [0.5, 2.0]), ("", 5),
+    ("flags", [True, False]), ("scales", [0.5, 2.0]), ("", 5), ("n" * 20000, 7),
 ]
 
 
