@@ -10,6 +10,7 @@ import importlib
 import multiprocessing
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -192,14 +193,30 @@ def _refuse_duplicate_ranks(results: list[RankResult], inputs: Sequence[str | os
                                "traces of different runs? convert each run on its own")
 
 
-def _run_jobs(jobs: list[RankJob], staging: str, prefix: str, target: str, write_json: bool,
-              keep_mem: bool, workers: int | None, progress: bool | None) -> list[RankResult]:
+class _NoBar:
+    def update(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress_bar(total: int, progress: bool | None) -> object:
+    """tqdm's bar when it will show (``progress``, or by default when stderr is a terminal, as
+    tqdm decides); else a stand-in, so that tqdm (~60 ms to import) is not imported for nothing."""
+    if progress is False or (progress is None and not sys.stderr.isatty()):
+        return _NoBar()
     from tqdm import tqdm
 
+    return tqdm(total=total, unit="rank", desc="convert", disable=None if progress is None else False,
+                leave=False)
+
+
+def _run_jobs(jobs: list[RankJob], staging: str, prefix: str, target: str, write_json: bool,
+              keep_mem: bool, workers: int | None, progress: bool | None) -> list[RankResult]:
     args = (staging, prefix, target, write_json, keep_mem)
     workers = min(workers or os.cpu_count() or 1, len(jobs))
-    bar = tqdm(total=len(jobs), unit="rank", desc="convert", disable=(not progress) if progress is not None else None,
-               leave=False)
+    bar = _progress_bar(len(jobs), progress)
     results: list[RankResult] = []
     try:
         if workers <= 1:
