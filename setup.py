@@ -24,7 +24,8 @@ from setuptools.command.build_ext import build_ext
 HERE = Path(__file__).resolve().parent
 # chakra_hooks/_compiled.py lists the modules (it also decides, at import, when to run a
 # module's source instead); read without importing the package, which is not installed yet.
-COMPILED = runpy.run_path(str(HERE / "chakra_hooks" / "_compiled.py"))["COMPILED"]
+_LISTING = runpy.run_path(str(HERE / "chakra_hooks" / "_compiled.py"))
+COMPILED, PURE_ENV = _LISTING["COMPILED"], _LISTING["PURE_ENV"]
 
 # Python semantics unchanged: annotations are documentation, not C types (a dict annotation
 # must still accept a defaultdict), and functions stay introspectable.
@@ -53,7 +54,7 @@ class OptionalBuildExt(build_ext):
 
 
 def compiled_extensions() -> list[Extension]:
-    if os.environ.get("CHAKRA_HOOKS_PURE_PYTHON"):
+    if os.environ.get(PURE_ENV):
         return []
     try:
         from Cython.Build import cythonize

@@ -208,8 +208,7 @@ def _progress_bar(total: int, progress: bool | None) -> object:
         return _NoBar()
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="rank", desc="convert", disable=None if progress is None else False,
-                leave=False)
+    return tqdm(total=total, unit="rank", desc="convert", disable=False, leave=False)
 
 
 def _run_jobs(jobs: list[RankJob], staging: str, prefix: str, target: str, write_json: bool,

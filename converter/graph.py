@@ -246,10 +246,9 @@ def _make_node(op: Op, deps: tuple[list, list] | None, exact_unit: str, enc: Nod
     start_ps, dur_ps = op.start_ps, op.dur_ps
     kind = op.kind
     node_type = _NODE_TYPE[kind]
-    duration_us = 0 if dur_ps is None else (dur_ps + _HALF_US) // PS_PER_US
+    duration_us = 0 if dur_ps is None else round_us(dur_ps)
     parts = [enc.head(op.uid, enc.name(op.name, node_type), ctrl, data,
-                      None if start_ps is None else (start_ps + _HALF_US) // PS_PER_US,
-                      duration_us)]
+                      None if start_ps is None else round_us(start_ps), duration_us)]
     if op.inputs is not None:
         parts.append(enc.io(True, op.inputs.values, op.inputs.shapes, op.inputs.types))
     if op.outputs is not None:
@@ -272,20 +271,18 @@ def _make_node(op: Op, deps: tuple[list, list] | None, exact_unit: str, enc: Nod
         parts.append(enc.int_attr("tensor_size", op.bytes, "uint64_val"))
     if op.flops is not None:
         parts.append(enc.int_attr("num_ops", op.flops))
+    comm_type = comm_size = None
     if op.comm is not None and is_comm:
         parts.extend([attr(name, value) for name, value in _comm_attrs(op)])
-        tally.add(node_type, duration_us, len(data), len(ctrl), cpu,
-                  op.comm.comm_type if kind == OpKind.COLLECTIVE else None, op.comm.size_bytes)
-    else:
-        tally.add(node_type, duration_us, len(data), len(ctrl), cpu)
+        comm_type = op.comm.comm_type if kind == OpKind.COLLECTIVE else None
+        comm_size = op.comm.size_bytes
+    tally.add(node_type, duration_us, len(data), len(ctrl), cpu, comm_type, comm_size)
     parts.append(attr("lane", op.lane))
     if op.attrs:
         for name, value in op.attrs.items():
             parts.append(attr(name, value))
     return b"".join(parts)
 
-
-_HALF_US = PS_PER_US // 2  # round_us, inlined above: half up
 
 def _comm_attrs(op: Op) -> Iterable[tuple[str, object]]:
     comm = op.comm

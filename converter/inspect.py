@@ -78,8 +78,9 @@ class Tally:
         if cpu:
             self.cpu += 1
         if comm_type is not None and kind == _COMM_COLL:
-            self.comm_types[_comm_name(comm_type)] += 1
-            self.comm_bytes[_comm_name(comm_type)] += int(comm_size or 0)
+            name = _comm_name(comm_type)
+            self.comm_types[name] += 1
+            self.comm_bytes[name] += int(comm_size or 0)
         elif comm_size is not None and kind != _COMM_COLL:
             self.comm_bytes[NodeType.Name(kind)] += int(comm_size)
 

@@ -30,6 +30,7 @@ _SCALAR_KEYS = {
     "bool_val": b"\xd8\x01", "string_val": b"\xea\x01",
 }
 _DOUBLE = Struct("<d").pack
+_TIMING_NAMES = {unit: (f"start_{unit}", f"duration_{unit}") for unit in ("ns", "ps")}
 _U64 = 1 << 64
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 _I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
@@ -81,14 +82,7 @@ def _signed_varint(value: int, low: int, high: int, oneof: str) -> bytes:
 
 
 def _length_delimited(key: bytes, body: bytes) -> bytes:
-    size = len(body)
-    return key + (_VARINTS[size] if size < _VARINT_CACHE_SIZE else encode_varint(size)) + body
-
-
-def _packed(values: list[int]) -> bytes:
-    """A packed repeated varint field's payload (node ids: small, non-negative)."""
-    table, size = _VARINTS, _VARINT_CACHE_SIZE
-    return b"".join([table[v] if 0 <= v < size else encode_varint(v) for v in values])
+    return key + encode_varint(len(body)) + body
 
 
 def _attr_name(name: str) -> bytes:
@@ -122,11 +116,7 @@ def encode_attr(name: str, value: object, oneof: str | None = None) -> bytes:
 
 def _int_field(head: bytes, value: int, oneof: str) -> bytes:
     """A Node ``attr`` field: ``head`` (the attribute's name and value key) + ``value``."""
-    # Calls cost more than the encoding here (this runs for several attributes of every
-    # node), so small values, the most common, are looked up in place.
-    if 0 <= value < _VARINT_CACHE_SIZE:
-        tail = _VARINTS[value]
-    elif 0 <= value <= _I64_MAX:
+    if 0 <= value <= _I64_MAX:
         tail = encode_varint(value)
     elif oneof == "int64_val":
         tail = _signed_varint(value, _I64_MIN, _I64_MAX, oneof)
@@ -134,8 +124,7 @@ def _int_field(head: bytes, value: int, oneof: str) -> bytes:
         tail = encode_varint(value)
     else:
         raise ValueError(f"value {value} out of range for {oneof}")
-    size = len(head) + len(tail)
-    return _ATTR + (_VARINTS[size] if size < _VARINT_CACHE_SIZE else encode_varint(size)) + head + tail
+    return _length_delimited(_ATTR, head + tail)
 
 
 class NodeEncoder:
@@ -150,25 +139,21 @@ class NodeEncoder:
         self._attrs: dict[tuple, bytes] = {}  # (name, value, oneof) -> the whole attr field
         self._int_heads: dict[tuple[str, str], bytes] = {}  # (name, oneof) -> field up to the value
         self._oneofs: dict[tuple[str, type], str] = {}
-        self._timing_heads: dict[str, tuple[bytes, bytes]] = {}
 
     def name(self, name: str, node_type: int = 0) -> bytes:
         """The Node ``name`` and ``type`` fields (2 and 3)."""
         field = self._names.get((name, node_type))
         if field is None:
             field = (_length_delimited(_NAME, name.encode()) if name else b"") + (
-                _TYPE + _VARINTS[node_type] if node_type else b"")
+                _TYPE + encode_varint(node_type) if node_type else b"")
             self._names[(name, node_type)] = field
         return field
 
     def timing(self, unit: str, start: int | None, duration: int | None) -> bytes:
         """The ``start_<unit>`` and ``duration_<unit>`` attributes (either may be None)."""
-        heads = self._timing_heads.get(unit)
-        if heads is None:
-            heads = self._timing_heads[unit] = (_attr_name("start_" + unit) + _SCALAR_KEYS["int64_val"],
-                                                _attr_name("duration_" + unit) + _SCALAR_KEYS["int64_val"])
-        out = b"" if start is None else _int_field(heads[0], start, "int64_val")
-        return out if duration is None else out + _int_field(heads[1], duration, "int64_val")
+        start_name, duration_name = _TIMING_NAMES[unit]
+        out = b"" if start is None else self.int_attr(start_name, start)
+        return out if duration is None else out + self.int_attr(duration_name, duration)
 
     def attr(self, name: str, value: object) -> bytes:
         """One Node ``attr`` field (key, length, AttributeProto); b"" for a None value."""
@@ -179,10 +164,7 @@ class NodeEncoder:
         if oneof is None:
             oneof = self._oneofs[(name, kind)] = oneof_for(name, value)
         if kind is int and oneof in ("int64_val", "uint64_val"):
-            head = self._int_heads.get((name, oneof))
-            if head is None:
-                head = self._int_heads[(name, oneof)] = _attr_name(name) + _SCALAR_KEYS[oneof]
-            return _int_field(head, value, oneof)  # type: ignore[arg-type]
+            return self.int_attr(name, value, oneof)  # type: ignore[arg-type]
         if kind is str or kind is bool:
             cache_key = (name, value, oneof)
             field = self._attrs.get(cache_key)
@@ -203,13 +185,8 @@ class NodeEncoder:
     def io(inputs: bool, values: str, shapes: str, types: str) -> bytes:
         """The Node ``inputs`` (or ``outputs``) field; written even when empty, as a set
         message field is."""
-        body = b""
-        for key, text in ((_IO_VALUES, values), (_IO_SHAPES, shapes), (_IO_TYPES, types)):
-            if text:
-                data = text.encode()
-                size = len(data)
-                body += key + (_VARINTS[size] if size < _VARINT_CACHE_SIZE
-                               else encode_varint(size)) + data
+        body = b"".join(_length_delimited(key, text.encode()) for key, text in
+                        ((_IO_VALUES, values), (_IO_SHAPES, shapes), (_IO_TYPES, types)) if text)
         return _length_delimited(_INPUTS if inputs else _OUTPUTS, body)
 
     @staticmethod
@@ -220,9 +197,9 @@ class NodeEncoder:
         out (proto3)."""
         out = _ID + encode_varint(node_id) + name_field if node_id else name_field
         if ctrl_deps:
-            out += _length_delimited(_CTRL_DEPS, _packed(ctrl_deps))
+            out += _length_delimited(_CTRL_DEPS, b"".join(map(encode_varint, ctrl_deps)))
         if data_deps:
-            out += _length_delimited(_DATA_DEPS, _packed(data_deps))
+            out += _length_delimited(_DATA_DEPS, b"".join(map(encode_varint, data_deps)))
         if start_micros:
             out += _START + encode_varint(start_micros)
         if duration_micros:
