@@ -1,14 +1,21 @@
 """Kineto (Chrome-trace JSON) reader for the PyTorch linker.
 
-Reads ``.json`` / ``.json.gz`` once: msgspec splits ``traceEvents`` into raw slices, then
-decodes them CHUNK at a time into typed structs (``args`` keys we do not read are skipped, not
-built; only device events, ``cuda_sync`` records and collective host ranges get all of
-:class:`KArgs`, the rest the smaller :class:`CommonArgs`), and keeps only what linking needs:
-host ranges (``cpu_op``, ``user_annotation``), runtime calls (``cuda_runtime``, ``cuda_driver``:
-launches and synchronisation), device activity (``kernel``, ``gpu_memcpy``, ``gpu_memset``),
-device-side ``cuda_sync`` records, and the ``ac2g`` flow ends (a fallback link from a device
-op to its launch when ``correlation`` is missing). Everything else (python_function, flows
-for fwd/bwd, counters, metadata) is dropped after decoding.
+Reads ``.json`` / ``.json.gz`` once. ``traceEvents`` is decoded CHUNK events at a time into
+typed structs, so that dropped events and the floats and strings of kept ones never all exist
+at once. The chunks are cut by byte offset where one event ends and the next begins; every cut
+is proved by the chunk decoding as a JSON array, and the array by the rest of the document
+decoding with a marker in its place (see :func:`_cut_events`). A file those checks do not
+prove is split by msgspec (``list[msgspec.Raw]``), which costs a second scan of every byte.
+
+``args`` is kept as raw JSON while an event is decoded and decoded afterwards for kept events
+only, a chunk's worth per call: into :class:`CommonArgs` (the keys every event may need), or
+into all of :class:`KArgs` for device events, ``cuda_sync`` records and collective host
+ranges. Only what linking needs is kept: host ranges (``cpu_op``, ``user_annotation``),
+runtime calls (``cuda_runtime``, ``cuda_driver``: launches and synchronisation), device
+activity (``kernel``, ``gpu_memcpy``, ``gpu_memset``), device-side ``cuda_sync`` records, and
+the ``ac2g`` flow ends (a fallback link from a device op to its launch when ``correlation`` is
+missing). Everything else (python_function, flows for fwd/bwd, counters, metadata) is dropped
+after decoding.
 
 Time: ``ts`` / ``dur`` are microseconds with three decimals. Each is turned into integer
 nanoseconds at once (``round(x * 1000)``; ints are scaled exactly) and, when the file has
@@ -20,9 +27,11 @@ nanoseconds at once (``round(x * 1000)``; ints are scaled exactly) and, when the
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from sys import intern
+from typing import Union
 
 import msgspec
 
@@ -80,11 +89,11 @@ _NO_ARGS = KArgs()
 
 class CommonArgs(msgspec.Struct, frozen=True, gc=False):
     """The ``args`` of a kept event that needs no more than the common keys (nearly every
-    event): what is decoded for every event, in a third of KArgs' memory; the other KArgs
-    attributes are class attributes, all None, so both read alike.
+    event), in a third of KArgs' memory; the other KArgs attributes are class attributes,
+    all None, so both read alike.
 
-    Events that may need more get a full :class:`KArgs` (decoded again from their own JSON
-    slice, see :func:`wants_full_args`): device events, ``cuda_sync`` records, and host
+    Events that may need more get a full :class:`KArgs` instead (see
+    :func:`wants_full_args`): device events, ``cuda_sync`` records, and host
     ranges that carry collective metadata. A linker rule reading another key from another
     event must extend that rule.
     """
@@ -115,13 +124,6 @@ def wants_full_args(cat: str, name: str) -> bool:
     return cat in HOST_CATS and (name in _FULL_HOST_NAMES or name.startswith(_FULL_HOST_PREFIXES))
 
 
-class _FullArgs(msgspec.Struct, gc=False):
-    args: KArgs | list | str | int | float | bool | None = None
-
-
-_FULL_ARGS_DECODER = msgspec.json.Decoder(list[_FullArgs])
-
-
 class KEvent(msgspec.Struct, gc=False):
     """One Kineto event as decoded; kept ones get ``start`` / ``dur`` in integer ns.
 
@@ -139,10 +141,10 @@ class KEvent(msgspec.Struct, gc=False):
     tid: object = None
     start: object = msgspec.field(default=None, name="ts")
     dur: object = 0
-    # Any JSON value decodes (a dropped event with odd args must not fail the file); kept
-    # events must have an object (or nothing), checked by the reader. Decoded as CommonArgs;
-    # see there for the events that get a KArgs.
-    args: CommonArgs | list | str | int | float | bool | None = _NO_ARGS
+    # Decoded as raw JSON (a dropped event with odd args must not fail the file, and most
+    # events' args are never read); the reader replaces a kept event's by its CommonArgs or
+    # KArgs (an object or null; anything else is an error).
+    args: msgspec.Raw = _NO_ARGS  # type: ignore[assignment]
     id: object = None
     parent: object = _internal("parent")
     op: int = msgspec.field(default=-1, name="chakra_hooks.internal.op")
@@ -154,18 +156,37 @@ class KEvent(msgspec.Struct, gc=False):
 
 
 class _KinetoDoc(msgspec.Struct):
-    # Events stay raw slices of the file first, then are decoded CHUNK at a time (one
-    # decoder call per chunk: a call per event cost more than the decoding itself), so
-    # that dropped events and the floats and strings of kept ones never all exist at once.
+    # The events as raw slices: how msgspec splits the array (see _split_events).
     traceEvents: list[msgspec.Raw] | None = None
     baseTimeNanoseconds: object = None
     distributedInfo: object = None
 
 
-CHUNK = 1024
+class _KinetoRest(msgspec.Struct):
+    # The document with a marker in place of the events array (see _cut_events).
+    traceEvents: object = None
+    baseTimeNanoseconds: object = None
+    distributedInfo: object = None
+
+
+CHUNK = 1024  # events per decoder call when msgspec splits the array
+CHUNK_BYTES = 1 << 18  # about CHUNK events of a typical file, when the reader cuts it
 _DECODER = msgspec.json.Decoder(_KinetoDoc)
+_REST_DECODER = msgspec.json.Decoder(_KinetoRest)
 _EVENTS_DECODER = msgspec.json.Decoder(list[KEvent])
+_COMMON_ARGS = msgspec.json.Decoder(list[Union[CommonArgs, None]])
+_FULL_ARGS = msgspec.json.Decoder(list[Union[KArgs, None]])
 _WHERE = re.compile(r"\$(\[\d+\])")
+_EVENTS_START = re.compile(rb'"traceEvents"\s*:\s*(\[)\s*')
+_BETWEEN_EVENTS = re.compile(rb"\}\s*,\s*(?=\{)")
+_BLANK = frozenset(b" \t\r\n")
+# The events array's stand-in when the rest of the document is checked: a value no trace has.
+_MARK = b'"\\u0000chakra-hooks: traceEvents"'
+_MARK_VALUE = msgspec.json.decode(_MARK)
+
+
+class _NotProved(Exception):
+    """A chunk of a cut array did not decode: the file is split by msgspec instead."""
 
 
 @dataclass(slots=True)
@@ -221,47 +242,131 @@ def read_kineto(path: Path) -> KinetoTrace:
     """Read a Kineto trace; raises TraceFormatError for anything that is not one."""
     path = Path(path)
     raw = read_bytes(path)
+    cut = _cut_events(raw)
+    if cut is not None:
+        try:
+            return _read_trace(path, len(raw), *cut)
+        except _NotProved:
+            pass
+    return _read_trace(path, len(raw), *_split_events(path, raw))
+
+
+def _cut_events(raw: bytes) -> tuple[_KinetoRest, Callable[[], Iterator[tuple[int, bytes]]]] | None:
+    """The document without its events, and the events as JSON arrays of about CHUNK_BYTES,
+    cut where one event ends and the next begins; None where this cannot be done.
+
+    A cut is sought as text (``}`` ``,`` ``{``) and could fall inside a string or a nested
+    value; it is proved when its chunk decodes as a JSON array (a chunk that starts at an
+    event and decodes whole ends where an event ends), else reading raises _NotProved. The
+    array is proved to be the document's ``traceEvents`` by decoding the rest of the document
+    with a marker value in its place.
+    """
+    start = _EVENTS_START.search(raw)
+    if start is None:
+        return None
+    spans: list[tuple[int, int]] = []
+    lo = start.end()
+    if raw[lo:lo + 1] == b"]":
+        end = lo
+    else:
+        end, last = _events_end(raw, lo)
+        if end < 0:
+            return None
+        while True:
+            between = _BETWEEN_EVENTS.search(raw, lo + CHUNK_BYTES, last)
+            if between is None:
+                spans.append((lo, last + 1))
+                break
+            spans.append((lo, between.start() + 1))
+            lo = between.end()
+    try:
+        doc = _REST_DECODER.decode(raw[:start.start(1)] + _MARK + raw[end + 1:])
+    except msgspec.MsgspecError:
+        return None
+    if doc.traceEvents != _MARK_VALUE:
+        return None
+    view = memoryview(raw)
+
+    def chunks() -> Iterator[tuple[int, bytes]]:
+        first = 0
+        for lo, hi in spans:
+            try:
+                events = _EVENTS_DECODER.decode(b"[%b]" % view[lo:hi])
+            except msgspec.MsgspecError:
+                raise _NotProved from None
+            yield first, events
+            first += len(events)
+
+    return doc, chunks
+
+
+def _events_end(raw: bytes, lo: int) -> tuple[int, int]:
+    """Where the events array that starts at ``lo`` ends: (its ``]``, the ``}`` of its last
+    event), or (-1, -1). Sought from the end of the file, where the array ends in every
+    trace seen (a few short keys follow it); the last ``}`` then ``]`` is the candidate."""
+    at, blank = len(raw), _BLANK
+    while True:
+        at = raw.rfind(b"]", lo, at)
+        if at < 0:
+            return -1, -1
+        last = at - 1
+        while last > lo and raw[last] in blank:
+            last -= 1
+        if raw[last] == 0x7D:  # "}"
+            return at, last
+
+
+def _split_events(path: Path, raw: bytes) -> tuple[_KinetoDoc, Callable[[], Iterator[tuple[int, list]]]]:
+    """The document, and its events split by msgspec, decoded CHUNK at a time (one decoder
+    call per chunk: a call per event cost more than the decoding itself)."""
     doc = decode(path, raw, _DECODER, list[msgspec.Raw])
     if isinstance(doc, list):  # the Chrome trace "array" form
         doc = _KinetoDoc(doc)
-    if doc.traceEvents is None:
+    events = doc.traceEvents
+    if events is None:
         raise TraceFormatError(path, "top level", "a Kineto trace object with a 'traceEvents' list")
+
+    def chunks() -> Iterator[tuple[int, list]]:
+        for lo in range(0, len(events), CHUNK):
+            try:
+                yield lo, _EVENTS_DECODER.decode(b"[%b]" % b",".join(events[lo:lo + CHUNK]))
+            except msgspec.ValidationError as exc:
+                # A typed field of one event is wrong: name the event.
+                raise TraceFormatError(path, _where(exc, lo), "an event with name, pid, tid, "
+                                       f"numeric ts / dur ({exc})") from exc
+
+    return doc, chunks
+
+
+def _where(exc: msgspec.ValidationError, first: int) -> str:
+    found = _WHERE.search(str(exc))
+    return f"traceEvents[{first + int(found.group(1)[1:-1])}]" if found else "traceEvents"
+
+
+def _read_trace(path: Path, raw_bytes: int, doc: _KinetoDoc | _KinetoRest,
+                chunks: Callable[[], Iterator[tuple[int, list[KEvent]]]]) -> KinetoTrace:
     base = doc.baseTimeNanoseconds
     base_ns = base if type(base) is int else 0
     clock = "kineto:baseTimeNanoseconds" if base_ns else "kineto:epoch-us"
     dist = doc.distributedInfo
-    trace = KinetoTrace(path, clock, base_ns, len(raw), dist if isinstance(dist, dict) else {})
-    del raw  # the raw slices keep the bytes alive until the events are decoded
-    events, doc.traceEvents = doc.traceEvents, None
-    uncorrelated = 0
-    for lo in range(0, len(events), CHUNK):
-        uncorrelated += _read_events(trace, _decode_chunk(trace.path, events, lo), events, lo)
+    trace = KinetoTrace(path, clock, base_ns, raw_bytes, dist if isinstance(dist, dict) else {})
+    uncorrelated = total = 0
+    for first, events in chunks():
+        uncorrelated += _read_events(trace, events, first)
+        total = first + len(events)
     if uncorrelated:  # only then are the ac2g flow ends worth indexing
-        _index_flow_ends(trace, events)
-    trace.events_total = len(events)
+        _index_flow_ends(trace, chunks)
+    trace.events_total = total
     if not (trace.host or trace.device or trace.runtime):
         raise TraceFormatError(path, "traceEvents", "at least one cpu_op, runtime or device event "
                                "(the trace is empty)")
     return trace
 
 
-def _decode_chunk(path: Path, events: list[msgspec.Raw], lo: int) -> list[KEvent]:
-    """Events ``lo`` to ``lo + CHUNK``, decoded in one call (their slices joined)."""
-    try:
-        return _EVENTS_DECODER.decode(b"[%b]" % b",".join(events[lo:lo + CHUNK]))
-    except msgspec.ValidationError as exc:
-        # A typed field of one event is wrong: name the event.
-        found = _WHERE.search(str(exc))
-        where = f"traceEvents[{lo + int(found.group(1)[1:-1])}]" if found else "traceEvents"
-        raise TraceFormatError(path, where, "an event with name, pid, tid, numeric ts / dur "
-                               f"({exc})") from exc
-
-
-def _read_events(trace: KinetoTrace, events: list[KEvent], raws: list[msgspec.Raw],
-                 first: int) -> int:
+def _read_events(trace: KinetoTrace, events: list[KEvent], first: int) -> int:
     """Keep what linking needs from decoded events (``events[i]`` is event ``first + i`` of
-    the file, whose JSON is ``raws[first + i]``), set integer times; the hot loop. Returns
-    how many device events have no correlation.
+    the file), set integer times and decode kept events' args; the hot loop. Returns how many
+    device events have no correlation.
 
     Memory matters here (a 1 GB trace has millions of events): the float ``ts`` / ``dur``
     are replaced once converted, and repeated names, categories and thread ids share one
@@ -271,12 +376,14 @@ def _read_events(trace: KinetoTrace, events: list[KEvent], raws: list[msgspec.Ra
     base = trace.base_ns
     out_of = trace.kept_by_cat()
     host, device = trace.host, trace.device
+    devices_before = len(device)
     get = out_of.get
     ids = trace.ids
-    uncorrelated = 0
-    no_args, common_type = _NO_ARGS, CommonArgs
-    needs_full: list[KEvent] = []  # events whose args are decoded again as KArgs, at the end
-    full_raws: list[msgspec.Raw] = []
+    raw_type = msgspec.Raw
+    # kept events whose args are decoded afterwards (one decoder call for all of a kind: a
+    # call each cost more than decoding), as CommonArgs or as all of KArgs
+    common: tuple[list[KEvent], list] = ([], [])
+    full: tuple[list[KEvent], list] = ([], [])
     for index, ev in enumerate(events, first):
         if ev.ph != "X":
             continue
@@ -285,12 +392,7 @@ def _read_events(trace: KinetoTrace, events: list[KEvent], raws: list[msgspec.Ra
             continue
         out, cat, full_names = found
         ev.cat = cat  # one shared string per category, not one per event
-        args = ev.args
         try:
-            if type(args) is not common_type:
-                if args is not None and args is not no_args:
-                    raise TypeError(f"'args' is a {type(args).__name__}, not an object")
-                ev.args = args = no_args
             ts, dur = ev.start, ev.dur
             ev.start = base + (ts * 1000 if type(ts) is int else round(ts * 1000))
             ev.dur = dur * 1000 if type(dur) is int else round(dur * 1000)
@@ -303,30 +405,49 @@ def _read_events(trace: KinetoTrace, events: list[KEvent], raws: list[msgspec.Ra
             raise TraceFormatError(trace.path, f"traceEvents[{index}]",
                                    "an event with name, pid and tid")
         name = ev.name = intern(name)
-        if full_names is not None:  # None: this category never needs its full args
-            full = full_names.get(name)
-            if full is None:
-                full = full_names[name] = wants_full_args(cat, name)
-            if full and args is not no_args:
-                needs_full.append(ev)
-                full_raws.append(raws[index])
+        args = ev.args
+        if type(args) is raw_type:
+            wanted = common
+            if full_names is not None:  # None: this category never needs its full args
+                is_full = full_names.get(name)
+                if is_full is None:
+                    is_full = full_names[name] = wants_full_args(cat, name)
+                if is_full:
+                    wanted = full
+            wanted[0].append(ev)
+            wanted[1].append(args)
         if out is host:
             pids.add(ev.pid)
-        elif out is device and args.correlation is None:
-            uncorrelated += 1
         ev.pid = ids.setdefault(ev.pid, ev.pid)
         ev.tid = ids.setdefault(ev.tid, ev.tid)
         out.append(ev)
-    if full_raws:  # one decoder call for all of them (a call each cost more than decoding)
-        for ev, full in zip(needs_full, _FULL_ARGS_DECODER.decode(b"[%b]" % b",".join(full_raws))):
-            ev.args = full.args
-    return uncorrelated
+    for (kept, raws), decoder in ((common, _COMMON_ARGS), (full, _FULL_ARGS)):
+        if raws:
+            _set_args(trace, events, first, kept, raws, decoder)
+    return sum(1 for ev in device[devices_before:] if ev.args.correlation is None)
 
 
-def _index_flow_ends(trace: KinetoTrace, raws: list[msgspec.Raw]) -> None:
+def _set_args(trace: KinetoTrace, events: list[KEvent], first: int, kept: list[KEvent],
+              raws: list[msgspec.Raw], decoder: msgspec.json.Decoder) -> None:
+    """Decode the raw ``args`` of ``kept`` (events of ``events``), one decoder call for all."""
+    try:
+        decoded = decoder.decode(b"[%b]" % b",".join(raws))
+    except msgspec.ValidationError as exc:
+        found = _WHERE.search(str(exc))
+        ev = kept[int(found.group(1)[1:-1])] if found else None
+        where = (f"traceEvents[{first + next(i for i, e in enumerate(events) if e is ev)}]"
+                 if ev is not None else "traceEvents")
+        raise TraceFormatError(trace.path, where, f"'args' an object or null ({exc})") from exc
+    no_args = _NO_ARGS
+    for ev, args in zip(kept, decoded):
+        ev.args = args or no_args
+
+
+def _index_flow_ends(trace: KinetoTrace, chunks: Callable[[], Iterator[tuple[int, list[KEvent]]]]
+                     ) -> None:
     base, flow_ends = trace.base_ns, trace.flow_ends
-    for lo in range(0, len(raws), CHUNK):
-        for ev in _decode_chunk(trace.path, raws, lo):
+    for _, events in chunks():
+        for ev in events:
             ts = ev.start
             if ev.ph == "f" and ev.cat == "ac2g" and isinstance(ts, (int, float)):
                 flow_ends[(ev.pid, ev.tid, base + (ts * 1000 if type(ts) is int

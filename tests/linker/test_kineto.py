@@ -102,18 +102,75 @@ def test_gzip_detected_by_content_not_suffix(tmp_path: Path) -> None:
     (b'{"ph": "X", "cat": "cpu_op", "name": 5, "pid": 1, "tid": 1, "ts": 1, "dur": 1}',
      "Expected `str`"),
     (b'{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1, '
-     b'"args": [1]}', "not an object"),
+     b'"args": [1]}', "'args' an object"),
 ])
 def test_bad_event_named_by_index_past_first_chunk(tmp_path: Path, bad: bytes,
                                                    expected: str) -> None:
-    """Events are decoded in chunks: an error in a later chunk still names its own index."""
-    from chakra_hooks.linker.kineto import CHUNK
+    """Events are decoded in chunks: an error in a later chunk still names its own index,
+    whether the reader cut the array itself or msgspec split it (an event whose name holds
+    the text of a cut, ``},{``, makes one cut fail its proof)."""
+    from chakra_hooks.linker.kineto import CHUNK, CHUNK_BYTES
     good = b'{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1}'
-    index = CHUNK + 7
-    events = [good] * index + [bad, good]
-    path = tmp_path / "bad_event.json"
-    path.write_bytes(b'{"traceEvents": [' + b",".join(events) + b"]}")
-    with pytest.raises(TraceFormatError) as info:
-        read_kineto(path)
-    message = str(info.value)
-    assert f"traceEvents[{index}]" in message and expected in message and "\n" not in message
+    odd = good.replace(b'"a"', b'"a},{b"')
+    index = max(CHUNK, CHUNK_BYTES // len(good)) + 7
+    for events in ([good] * index + [bad, good],
+                   [good] * (index // 2) + [odd] * 200 + [good] * (index - index // 2 - 200) + [bad]):
+        path = tmp_path / "bad_event.json"
+        path.write_bytes(b'{"traceEvents": [' + b",".join(events) + b"]}")
+        with pytest.raises(TraceFormatError) as info:
+            read_kineto(path)
+        message = str(info.value)
+        assert f"traceEvents[{index}]" in message and expected in message and "\n" not in message
+
+
+def _same_events(a, b) -> bool:
+    fields = ("name", "cat", "ph", "pid", "tid", "start", "dur", "args", "id")
+    return [tuple(getattr(e, f) for f in fields) for e in a] == [
+        tuple(getattr(e, f) for f in fields) for e in b]
+
+
+@pytest.mark.parametrize("name", ["pytorch/a100_resnet_nccl/kineto.json.gz",
+                                  "vllm/mi300x_decode_full/graph_execution.json.gz",
+                                  "pytorch/a100_simple_add/kineto.json.gz"])
+def test_cut_and_split_read_alike(corpus: Path, name: str, monkeypatch) -> None:
+    """The reader's own cuts and msgspec's split give the same events (the corpus files are
+    cut by the reader: the split is the fallback)."""
+    from chakra_hooks.linker import kineto
+    monkeypatch.setattr(kineto, "CHUNK_BYTES", 1 << 14)  # many chunks even for small files
+    assert kineto._cut_events(kineto.read_bytes(corpus / name)) is not None
+    cut = read_kineto(corpus / name)
+    monkeypatch.setattr(kineto, "_cut_events", lambda raw: None)
+    split = read_kineto(corpus / name)
+    assert cut.events_total == split.events_total > 0
+    for kept in ("host", "runtime", "device", "syncs"):
+        assert _same_events(getattr(cut, kept), getattr(split, kept)), kept
+    assert (cut.base_ns, cut.clock, cut.distributed) == (split.base_ns, split.clock, split.distributed)
+
+
+@pytest.mark.parametrize("text, cut", [
+    (b'{"traceEvents": [ ]}', True),  # nothing to cut
+    (b'{"traceEvents": [{"ph": "X"},\n {"ph": "i"}], "x": "]"}', True),
+    (b'{"traceEvents": [{"ph": "X"}, {"ph": "i"}], "logs": ["a]", "b}]"]}', False),  # "}]" in a log
+    (b'{"traceEvents": [{"ph": "X"}, {"ph": "i"}], "logs": ["a]", "b"]}', True),
+    (b'{"a": {"traceEvents": [{"ph": "X"}]}, "traceEvents": [{"ph": "X"}]}', False),  # nested
+    (b'{"traceEvents": [{"ph": "X"}], "traceEvents": [{"ph": "i"}]}', False),  # last key wins
+    (b'{"traceEvents": [{"ph": "X", "args": {"l": [{"a": 1}]}}], "x": 1}', True),
+    (b'{"traceEvents": [{"ph": "X"}], "d": [{"id": 0}, {"id": 1}]}', False),  # "}]" after it
+    (b'{"traceEvents": [{"ph": "X", "name": "a},{b"}, {"ph": "i"}]}', False),  # "},{" in a name
+    (b'{"traceEvents": [{"ph": "X", "args": {"l": [{"a": 1}, {"b": 2}]}}, {"ph": "i"}]}', False),
+])
+def test_cuts_prove_the_document_or_give_way(text: bytes, cut: bool, monkeypatch) -> None:
+    """Cut where the proofs hold, giving exactly the document's events; else left to msgspec's
+    split: the marker check refuses an array that is not the document's own traceEvents, and a
+    cut inside an event fails its chunk's decoding."""
+    import msgspec
+    from chakra_hooks.linker import kineto
+    monkeypatch.setattr(kineto, "CHUNK_BYTES", 1)  # a cut at every "},{"
+    found = kineto._cut_events(text)
+    try:
+        events = None if found is None else [ev.ph for _, part in found[1]() for ev in part]
+    except kineto._NotProved:
+        events = None
+    assert (events is not None) == cut
+    if cut:
+        assert events == [ev["ph"] for ev in msgspec.json.decode(text)["traceEvents"]]
