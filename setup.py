@@ -2,9 +2,11 @@
 
 The linker and converter modules listed in ``COMPILED`` are plain Python and run as such. When
 Cython and a C compiler are at hand, pip also compiles those same sources into extension
-modules, which makes ``chakra-hooks convert`` about a third faster (benchmarks/bench_convert.py;
-README, "Speed"). Nothing is written twice: there is no Cython-only code, and a module that
-fails to compile is simply left as Python (a warning in pip's log, never a failed install).
+modules, which makes ``chakra-hooks convert`` faster (benchmarks/bench_convert.py; README,
+"Speed"). Nothing is written twice: the sources hold no Cython-only code; a few ``.pxd`` files
+beside them declare the hottest helpers and classes to Cython (direct C calls instead of
+Python calls), and mean nothing to Python. If any module fails to compile, none is compiled
+and the install is pure Python (a warning in pip's log, never a failed install).
 
 ``CHAKRA_HOOKS_PURE_PYTHON=1`` at install time skips compiling, and at run time runs the
 sources even where compiled copies exist. In an editable install, a module edited after the
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import os
 import runpy
+import shutil
 from pathlib import Path
 
 from setuptools import Extension, setup
@@ -33,7 +36,9 @@ DIRECTIVES = {"language_level": 3, "annotation_typing": False, "binding": True}
 
 
 class OptionalBuildExt(build_ext):
-    """Compile what can be compiled, in parallel; a failure leaves that module as Python."""
+    """Compile every module, in parallel, or none: compiled modules call what another one
+    declares directly, so a module left as Python cannot sit beside compiled ones. A failure
+    leaves the install pure Python (a warning in pip's log, never a failed install)."""
 
     def finalize_options(self) -> None:
         super().finalize_options()
@@ -44,13 +49,34 @@ class OptionalBuildExt(build_ext):
         try:
             super().run()
         except Exception as exc:  # no compiler at all, say: the pure-Python install still works
+            for ext in self.extensions:  # those built before the failure, and stale copies
+                for built in (self.get_ext_fullpath(ext.name),
+                              os.path.join(self.build_lib, self.get_ext_filename(ext.name))):
+                    if os.path.exists(built):
+                        os.remove(built)
             self.warn(f"compiled modules not built, running as pure Python: {exc}")
 
-    def build_extension(self, ext: Extension) -> None:
-        try:
-            super().build_extension(ext)
-        except Exception as exc:
-            self.warn(f"{ext.name} not compiled, running as Python: {exc}")
+
+def stage_declarations() -> str:
+    """The ``.pxd`` declarations beside the sources, under their package names.
+
+    Cython looks a module's declarations up by its full name (``chakra_hooks/converter/
+    wire.pxd``), which this repository's folders (``converter/wire.pxd``, mapped to the
+    package by pyproject.toml) do not spell; they are copied into that layout under build/.
+    """
+    root = HERE / "build" / "cython-declarations"
+    package = root / "chakra_hooks"
+    package.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.pxd").touch()
+    for folder in sorted({source.split("/")[0] for _, source in COMPILED}):
+        target = package / folder
+        target.mkdir(exist_ok=True)
+        (target / "__init__.pxd").touch()
+        for declarations in (HERE / folder).glob("*.pxd"):
+            copy = target / declarations.name
+            if not copy.exists() or copy.read_bytes() != declarations.read_bytes():
+                shutil.copyfile(declarations, copy)
+    return str(root)
 
 
 def compiled_extensions() -> list[Extension]:
@@ -60,14 +86,13 @@ def compiled_extensions() -> list[Extension]:
         from Cython.Build import cythonize
     except ImportError:
         return []
-    extensions = []
-    for name, source in COMPILED:
-        try:
-            extensions += cythonize([Extension(name, [source])], compiler_directives=DIRECTIVES,
-                                    build_dir="build/cython", quiet=True)
-        except Exception as exc:  # Cython cannot translate it: it stays Python
-            print(f"warning: {name} not compiled, running as Python: {exc}")
-    return extensions
+    try:
+        return cythonize([Extension(name, [source]) for name, source in COMPILED],
+                         compiler_directives=DIRECTIVES, build_dir="build/cython",
+                         include_path=[stage_declarations()], quiet=True)
+    except Exception as exc:  # Cython cannot translate one of them: all stay Python
+        print(f"warning: compiled modules not built, running as pure Python: {exc}")
+        return []
 
 
 setup(ext_modules=compiled_extensions(), cmdclass={"build_ext": OptionalBuildExt})

@@ -75,12 +75,34 @@ class _SourceWhenStale:
         if not os.environ.get(PURE_ENV):
             # Only a source checkout edits sources after compiling; an installed wheel's files
             # are all written at once and are never stale.
-            in_checkout = (compiled.parent.parent / "setup.py").is_file()
-            if not in_checkout or source.stat().st_mtime <= compiled.stat().st_mtime:
+            checkout = compiled.parent.parent
+            if not (checkout / "setup.py").is_file() or not _stale_build(checkout):
                 return None
             # Silently: a warning line would break the CLI's one-line errors. Benchmarks
             # print compiled_status() instead.
         return spec_from_file_location(name, source, loader=SourceFileLoader(name, str(source)))
+
+
+_stale: bool | None = None
+
+
+def _stale_build(checkout: Path) -> bool:
+    """Whether any compiled module of this checkout is missing or older than its source or
+    its declarations (``.pxd``). Then every module runs from source: compiled modules call
+    the functions and classes another one declares directly, so a stale module and a fresh
+    one cannot be mixed."""
+    global _stale
+    if _stale is None:
+        _stale = False
+        for _, source in COMPILED:
+            py = checkout / source
+            built = [f for f in py.parent.glob(py.stem + ".*") if f.name.endswith(tuple(EXTENSION_SUFFIXES))]
+            newest = max((f.stat().st_mtime for f in (py, py.with_suffix(".pxd")) if f.is_file()),
+                         default=0.0)
+            if not built or newest > max(f.stat().st_mtime for f in built):
+                _stale = True
+                break
+    return _stale
 
 
 def install() -> None:

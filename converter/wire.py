@@ -181,16 +181,19 @@ class NodeEncoder:
             head = self._int_heads[(name, oneof)] = _attr_name(name) + _SCALAR_KEYS[oneof]
         return _int_field(head, value, oneof)
 
-    @staticmethod
-    def io(inputs: bool, values: str, shapes: str, types: str) -> bytes:
+    def io(self, inputs: bool, values: str, shapes: str, types: str) -> bytes:
         """The Node ``inputs`` (or ``outputs``) field; written even when empty, as a set
         message field is."""
-        body = b"".join(_length_delimited(key, text.encode()) for key, text in
-                        ((_IO_VALUES, values), (_IO_SHAPES, shapes), (_IO_TYPES, types)) if text)
+        body = b""
+        if values:
+            body += _length_delimited(_IO_VALUES, values.encode())
+        if shapes:
+            body += _length_delimited(_IO_SHAPES, shapes.encode())
+        if types:
+            body += _length_delimited(_IO_TYPES, types.encode())
         return _length_delimited(_INPUTS if inputs else _OUTPUTS, body)
 
-    @staticmethod
-    def head(node_id: int, name_field: bytes, ctrl_deps: list[int] | None,
+    def head(self, node_id: int, name_field: bytes, ctrl_deps: list[int] | None,
              data_deps: list[int] | None, start_micros: int | None, duration_micros: int | None
              ) -> bytes:
         """Node fields 1-7, in field order (``name_field``: :meth:`name`); zero values are left

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from chakra_hooks import _compiled
 
 
@@ -46,3 +48,13 @@ def test_compiled_and_pure_python_write_the_same_bytes(corpus, tmp_path) -> None
                        env=env, capture_output=True, text=True, check=True)
         outputs.append({p.name: p.read_bytes() for p in sorted(out.iterdir())})
     assert outputs[0] and outputs[0] == outputs[1]
+
+
+def test_ci_build_compiles_every_module() -> None:
+    # A source that no longer compiles (or a .pxd declaration that no longer matches its
+    # source) leaves the whole install pure Python, which only the speed would show. The CI
+    # machine has Cython (a build requirement) and a C compiler: there, everything compiles.
+    if not os.environ.get("CI"):
+        pytest.skip("a local install may lack a compiler; CI's does not")
+    modules = [importlib.import_module(name) for name, _ in _compiled.COMPILED]
+    assert all(_compiled.is_compiled(m) for m in modules), _compiled.compiled_status()
