@@ -15,14 +15,11 @@ from dataclasses import asdict, dataclass, field
 from chakra_hooks.errors import TraceFormatError
 
 from .attrs import value_of
-from .schema import CollectiveCommType, GlobalMetadata, Node, NodeType
+from .schema import COMM_COLL, COMM_TYPES, KNOWN_TYPES, CollectiveCommType, GlobalMetadata, Node, NodeType
 
 _RANK_IN_NAME = re.compile(r"\.(\d+)\.et(?:\.gz)?$")
 
 
-_KNOWN_TYPES = frozenset(NodeType.values())
-_COMM_COLL = NodeType.Value("COMM_COLL_NODE")
-_COMM_NODE_TYPES = frozenset({_COMM_COLL, NodeType.Value("COMM_SEND_NODE"), NodeType.Value("COMM_RECV_NODE")})
 
 
 def _comm_name(value: object) -> str:
@@ -77,11 +74,11 @@ class Tally:
         self.ctrl_deps += ctrl_deps
         if cpu:
             self.cpu += 1
-        if comm_type is not None and kind == _COMM_COLL:
+        if comm_type is not None and kind == COMM_COLL:
             name = _comm_name(comm_type)
             self.comm_types[name] += 1
             self.comm_bytes[name] += int(comm_size or 0)
-        elif comm_size is not None and kind != _COMM_COLL:
+        elif comm_size is not None and kind != COMM_COLL:
             self.comm_bytes[NodeType.Name(kind)] += int(comm_size)
 
     def summary(self, path: str, metadata: GlobalMetadata) -> Summary:
@@ -112,12 +109,12 @@ def summarize(path: str, metadata: GlobalMetadata, nodes: Sequence[Node], check:
     tally = Tally()
     for index, node in enumerate(nodes):
         kind = node.type
-        if kind not in _KNOWN_TYPES:
+        if kind not in KNOWN_TYPES:
             raise TraceFormatError(path, f"node id {node.id} (#{index})",
-                                   f"a Chakra NodeType (0-{max(_KNOWN_TYPES)}), got {kind}")
+                                   f"a Chakra NodeType (0-{max(KNOWN_TYPES)}), got {kind}")
         comm_type = size = None
         cpu = False
-        is_comm = kind in _COMM_NODE_TYPES
+        is_comm = kind in COMM_TYPES
         for attr in node.attr:
             name = attr.name
             if check and attr.WhichOneof("value") is None:

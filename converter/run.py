@@ -19,10 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .attrs import attr_dict, make_attr, value_of
-from .schema import CollectiveCommType, Node, NodeType
-
-COMM_COLL = NodeType.Value("COMM_COLL_NODE")
-COMP = NodeType.Value("COMP_NODE")
+from .schema import COMM_COLL, COMP, CollectiveCommType, Node
 ALL_RANKS = ""  # pg_name for the whole run
 
 

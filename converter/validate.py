@@ -17,14 +17,8 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 from .attrs import CONSUMER_ONEOF, INTEGER_ONEOFS, attr_dict, oneof_of, value_of
 from .dag import unfinished_nodes
-from .schema import CollectiveCommType, GlobalMetadata, Node, NodeType
-
-COMP = NodeType.Value("COMP_NODE")
-COMM_COLL = NodeType.Value("COMM_COLL_NODE")
-COMM_SEND = NodeType.Value("COMM_SEND_NODE")
-COMM_RECV = NodeType.Value("COMM_RECV_NODE")
-COMM_TYPES = frozenset({COMM_COLL, COMM_SEND, COMM_RECV})
-KNOWN_TYPES = frozenset(NodeType.values())
+from .schema import (COMM_COLL, COMM_TYPES, COMP, KNOWN_TYPES, CollectiveCommType, GlobalMetadata,
+                     Node, NodeType)
 KNOWN_COMM_TYPES = frozenset(CollectiveCommType.values())
 ASTRA_SIM_REFUSED_TYPES = frozenset({
     NodeType.Value("INVALID_NODE"), NodeType.Value("METADATA_NODE"),
