@@ -377,17 +377,18 @@ def _read_events(trace: KinetoTrace, events: list[KEvent], first: int) -> int:
     out_of = trace.kept_by_cat()
     host, device = trace.host, trace.device
     devices_before = len(device)
-    get = out_of.get
     ids = trace.ids
     raw_type = msgspec.Raw
     # kept events whose args are decoded afterwards (one decoder call for all of a kind: a
     # call each cost more than decoding), as CommonArgs or as all of KArgs
-    common: tuple[list[KEvent], list] = ([], [])
-    full: tuple[list[KEvent], list] = ([], [])
+    common_events: list[KEvent] = []
+    common_raws: list[msgspec.Raw] = []
+    full_events: list[KEvent] = []
+    full_raws: list[msgspec.Raw] = []
     for index, ev in enumerate(events, first):
         if ev.ph != "X":
             continue
-        found = get(ev.cat)
+        found = out_of.get(ev.cat)
         if found is None:
             continue
         out, cat, full_names = found
@@ -407,24 +408,33 @@ def _read_events(trace: KinetoTrace, events: list[KEvent], first: int) -> int:
         name = ev.name = intern(name)
         args = ev.args
         if type(args) is raw_type:
-            wanted = common
+            is_full = False
             if full_names is not None:  # None: this category never needs its full args
                 is_full = full_names.get(name)
                 if is_full is None:
                     is_full = full_names[name] = wants_full_args(cat, name)
-                if is_full:
-                    wanted = full
-            wanted[0].append(ev)
-            wanted[1].append(args)
+            if is_full:
+                full_events.append(ev)
+                full_raws.append(args)
+            else:
+                common_events.append(ev)
+                common_raws.append(args)
+        pid = ev.pid
         if out is host:
-            pids.add(ev.pid)
-        ev.pid = ids.setdefault(ev.pid, ev.pid)
-        ev.tid = ids.setdefault(ev.tid, ev.tid)
+            pids.add(pid)
+        ev.pid = ids.setdefault(pid, pid)
+        tid = ev.tid
+        ev.tid = ids.setdefault(tid, tid)
         out.append(ev)
-    for (kept, raws), decoder in ((common, _COMMON_ARGS), (full, _FULL_ARGS)):
-        if raws:
-            _set_args(trace, events, first, kept, raws, decoder)
-    return sum(1 for ev in device[devices_before:] if ev.args.correlation is None)
+    if common_raws:
+        _set_args(trace, events, first, common_events, common_raws, _COMMON_ARGS)
+    if full_raws:
+        _set_args(trace, events, first, full_events, full_raws, _FULL_ARGS)
+    uncorrelated = 0
+    for ev in device[devices_before:]:
+        if ev.args.correlation is None:
+            uncorrelated += 1
+    return uncorrelated
 
 
 def _set_args(trace: KinetoTrace, events: list[KEvent], first: int, kept: list[KEvent],
