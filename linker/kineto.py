@@ -251,9 +251,10 @@ def read_kineto(path: Path) -> KinetoTrace:
     return _read_trace(path, len(raw), *_split_events(path, raw))
 
 
-def _cut_events(raw: bytes) -> tuple[_KinetoRest, Callable[[], Iterator[tuple[int, bytes]]]] | None:
-    """The document without its events, and the events as JSON arrays of about CHUNK_BYTES,
-    cut where one event ends and the next begins; None where this cannot be done.
+def _cut_events(raw: bytes) -> tuple[_KinetoRest, Callable[[], Iterator[tuple[int, list[KEvent]]]]] | None:
+    """The document without its events, and a source of the events decoded in chunks of about
+    CHUNK_BYTES of JSON, cut where one event ends and the next begins (each as the index of
+    its first event and the events); None where this cannot be done.
 
     A cut is sought as text (``}`` ``,`` ``{``) and could fall inside a string or a nested
     value; it is proved when its chunk decodes as a JSON array (a chunk that starts at an
@@ -287,7 +288,7 @@ def _cut_events(raw: bytes) -> tuple[_KinetoRest, Callable[[], Iterator[tuple[in
         return None
     view = memoryview(raw)
 
-    def chunks() -> Iterator[tuple[int, bytes]]:
+    def chunks() -> Iterator[tuple[int, list[KEvent]]]:
         first = 0
         for lo, hi in spans:
             try:
@@ -316,9 +317,10 @@ def _events_end(raw: bytes, lo: int) -> tuple[int, int]:
             return at, last
 
 
-def _split_events(path: Path, raw: bytes) -> tuple[_KinetoDoc, Callable[[], Iterator[tuple[int, list]]]]:
-    """The document, and its events split by msgspec, decoded CHUNK at a time (one decoder
-    call per chunk: a call per event cost more than the decoding itself)."""
+def _split_events(path: Path, raw: bytes
+                  ) -> tuple[_KinetoDoc, Callable[[], Iterator[tuple[int, list[KEvent]]]]]:
+    """The document, and a source of its events split by msgspec and decoded CHUNK at a time
+    (one decoder call per chunk: a call per event cost more than the decoding itself)."""
     doc = decode(path, raw, _DECODER, list[msgspec.Raw])
     if isinstance(doc, list):  # the Chrome trace "array" form
         doc = _KinetoDoc(doc)
@@ -326,7 +328,7 @@ def _split_events(path: Path, raw: bytes) -> tuple[_KinetoDoc, Callable[[], Iter
     if events is None:
         raise TraceFormatError(path, "top level", "a Kineto trace object with a 'traceEvents' list")
 
-    def chunks() -> Iterator[tuple[int, list]]:
+    def chunks() -> Iterator[tuple[int, list[KEvent]]]:
         for lo in range(0, len(events), CHUNK):
             try:
                 yield lo, _EVENTS_DECODER.decode(b"[%b]" % b",".join(events[lo:lo + CHUNK]))
