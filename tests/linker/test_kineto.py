@@ -174,3 +174,15 @@ def test_cuts_prove_the_document_or_give_way(text: bytes, cut: bool, monkeypatch
     assert (events is not None) == cut
     if cut:
         assert events == [ev["ph"] for ev in msgspec.json.decode(text)["traceEvents"]]
+
+
+def test_chrome_array_form_reads(tmp_path: Path) -> None:
+    """The Chrome trace format's bare array of events (no traceEvents key) reads too."""
+    path = tmp_path / "array.json"
+    path.write_bytes(b'[{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1.5, '
+                     b'"dur": 2, "args": {"correlation": 3}},\n {"ph": "X", "cat": "cpu_op", '
+                     b'"name": "aten::mm", "pid": 1, "tid": 1, "ts": 1, "dur": 4}]')
+    trace = read_kineto(path)
+    assert [(ev.name, ev.start, ev.dur) for ev in trace.device] == [("k", 1500, 2000)]
+    assert trace.device[0].args.correlation == 3 and trace.events_total == 2
+    assert [ev.name for ev in trace.host] == ["aten::mm"] and trace.clock == "kineto:epoch-us"
