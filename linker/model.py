@@ -103,9 +103,13 @@ class Op:
     attrs: dict[str, AttrValue] = field(default_factory=dict)
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class Edge:
-    """``dst`` cannot start before ``src`` (has finished, for every kind but PARENT)."""
+    """``dst`` cannot start before ``src`` (has finished, for every kind but PARENT).
+
+    Not frozen, though nothing changes an edge once made: a frozen dataclass sets each field
+    through ``object.__setattr__``, which made creating one 4x slower (a rank has about two
+    edges per op)."""
 
     src: int
     dst: int
