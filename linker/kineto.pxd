@@ -1,0 +1,10 @@
+# Declarations for the compiled build only (setup.py; the .py runs unchanged without them):
+# the per-event loop's containers as the builtin types they are, so that their methods are
+# direct C calls rather than Python method calls.
+cimport cython
+
+
+@cython.locals(pids=set, out_of=dict, ids=dict, host=list, device=list, full_names=dict,
+               common_events=list, common_raws=list, full_events=list, full_raws=list,
+               devices_before=Py_ssize_t, uncorrelated=Py_ssize_t)
+cpdef object _read_events(object trace, list events, Py_ssize_t first)
