@@ -31,6 +31,11 @@ from .wire import NodeEncoder
 
 CHAKRA_SCHEMA_VERSION = "0.0.4"
 TARGETS = ("full", "astra-sim")
+# Enum members read per op or per edge, bound once: reading one off its class goes through
+# EnumType's __getattr__ hook, about ten times the cost of a module global.
+_DATA, _HOST_ORDER = EdgeKind.DATA, EdgeKind.HOST_ORDER
+_COMPUTE, _COLLECTIVE, _METADATA = OpKind.COMPUTE, OpKind.COLLECTIVE, OpKind.METADATA
+_MEM_KINDS = frozenset({OpKind.MEM_LOAD, OpKind.MEM_STORE})
 
 _NODE_TYPE = {
     OpKind.COMPUTE: NodeType.Value("COMP_NODE"),
@@ -114,21 +119,21 @@ def _retarget(ops: list[Op], target: str, keep_mem: bool) -> list[Op]:
     """
     if target == "full":
         return ops
-    compute_lanes = {op.lane for op in ops if op.kind == OpKind.COMPUTE}
+    compute_lanes = {op.lane for op in ops if op.kind == _COMPUTE}
     out: list[Op] = []
     for op in ops:
         kind = op.kind
-        if kind == OpKind.METADATA:
+        if kind == _METADATA:
             continue
-        is_mem = kind in (OpKind.MEM_LOAD, OpKind.MEM_STORE)
+        is_mem = kind in _MEM_KINDS
         if (is_mem and not keep_mem) or (
-                kind == OpKind.COLLECTIVE and (op.comm is None or op.comm.comm_type not in ASTRA_SIM_COLLECTIVES)):
+                kind == _COLLECTIVE and (op.comm is None or op.comm.comm_type not in ASTRA_SIM_COLLECTIVES)):
             attrs = dict(op.attrs, replayed_as_compute=kind.name)
             dur_ps = op.dur_ps
             if is_mem and op.lane not in compute_lanes and dur_ps:
                 attrs["overlapped_duration_ps"] = dur_ps
                 dur_ps = 0
-            op = Op(op.uid, op.name, OpKind.COMPUTE, op.on_device, op.lane, op.start_ps, dur_ps,
+            op = Op(op.uid, op.name, _COMPUTE, op.on_device, op.lane, op.start_ps, dur_ps,
                     None, op.bytes, op.flops, op.inputs, op.outputs, attrs)
         out.append(op)
     return out
@@ -147,7 +152,7 @@ def _resolve_edges(trace: LinkedTrace, kept: dict[int, Op]) -> tuple[dict[int, t
         else:
             slot = incoming.setdefault(edge.dst, {})
             # DATA wins over order edges between the same pair: it says more.
-            if slot.get(edge.src) != EdgeKind.DATA:
+            if slot.get(edge.src) != _DATA:
                 slot[edge.src] = edge.kind
     if len(kept) < len(known):
         _bypass_dropped(incoming, kept)
@@ -159,8 +164,8 @@ def _resolve_edges(trace: LinkedTrace, kept: dict[int, Op]) -> tuple[dict[int, t
     deps: dict[int, tuple[list, list]] = {}
     for dst, sources in incoming.items():
         if dst in kept:
-            data = [s for s, k in sources.items() if k == EdgeKind.DATA]
-            ctrl = [s for s, k in sources.items() if k != EdgeKind.DATA]
+            data = [s for s, k in sources.items() if k == _DATA]
+            ctrl = [s for s, k in sources.items() if k != _DATA]
             deps[dst] = (data, ctrl)
     stats["edges_out"] = sum(len(d) + len(c) for d, c in deps.values())
     return deps, stats
@@ -196,7 +201,7 @@ def _bypass_dropped(incoming: dict[int, dict[int, EdgeKind]], kept: dict[int, Op
                 new[src] = kind
             else:
                 for inherited in kept_sources(src, set()):
-                    new.setdefault(inherited, EdgeKind.HOST_ORDER)
+                    new.setdefault(inherited, _HOST_ORDER)
         new.pop(dst, None)
         incoming[dst] = new
 
@@ -274,7 +279,7 @@ def _make_node(op: Op, deps: tuple[list, list] | None, exact_unit: str, enc: Nod
     comm_type = comm_size = None
     if op.comm is not None and is_comm:
         parts.extend([attr(name, value) for name, value in _comm_attrs(op)])
-        comm_type = op.comm.comm_type if kind == OpKind.COLLECTIVE else None
+        comm_type = op.comm.comm_type if kind == _COLLECTIVE else None
         comm_size = op.comm.size_bytes
     tally.add(node_type, duration_us, len(data), len(ctrl), cpu, comm_type, comm_size)
     parts.append(attr("lane", op.lane))
@@ -286,7 +291,7 @@ def _make_node(op: Op, deps: tuple[list, list] | None, exact_unit: str, enc: Nod
 
 def _comm_attrs(op: Op) -> Iterable[tuple[str, object]]:
     comm = op.comm
-    if op.kind == OpKind.COLLECTIVE and comm.comm_type is not None:
+    if op.kind == _COLLECTIVE and comm.comm_type is not None:
         yield "comm_type", int(comm.comm_type)
     yield "comm_size", comm.size_bytes
     yield "pg_name", "" if comm.group is None else str(comm.group)

@@ -43,6 +43,9 @@ EVENT_RECORD = {p + s for p in _PREFIXES for s in ("EventRecord", "EventRecordWi
 WAIT_EVENT = {p + "StreamWaitEvent" for p in _PREFIXES}
 _BACKWARD = re.compile(r"Backward\d*$")  # autograd node names: AddmmBackward0, ...
 SYNC_NAMES = DEVICE_SYNC | STREAM_SYNC | EVENT_SYNC | EVENT_RECORD | WAIT_EVENT
+# Enum members read per op or per edge, bound once: reading one off its class goes through
+# EnumType's __getattr__ hook, about ten times the cost of a module global.
+_SYNC, _DATA, _PARENT = EdgeKind.SYNC, EdgeKind.DATA, EdgeKind.PARENT
 
 
 class _Launches:
@@ -146,7 +149,7 @@ class _HostWaits:
         for lane in lanes:
             src = self.launches.last_on_lane(lane, t) if lane is not None else None
             if src is not None:
-                self.edges.append(Edge(src, dst, EdgeKind.SYNC))
+                self.edges.append(Edge(src, dst, _SYNC))
 
 
 def _exact_sync(record: KEvent, rt: KEvent, runtime_by_corr: dict, launches: _Launches,
@@ -162,7 +165,7 @@ def _exact_sync(record: KEvent, rt: KEvent, runtime_by_corr: dict, launches: _La
         src = launches.last_on_lane(src_lane, recorded.start)
         nxt = launches.next_on_lane(f"stream:{device}:{args.stream}", rt.start)
         if src is not None and nxt is not None and src != nxt:
-            waits.edges.append(Edge(src, nxt, EdgeKind.SYNC))
+            waits.edges.append(Edge(src, nxt, _SYNC))
     elif record.name == "Event Sync":
         if recorded is not None:
             waits.add(rt, [f"stream:{device}:{args.wait_on_stream}"], recorded.start)
@@ -183,7 +186,7 @@ def _wait_event(launches: _Launches, key: tuple, record_t: int | None, t: int,
         return
     src = launches.last_on_lane(src_lane, record_t)
     if src is not None:
-        edges.append(Edge(src, nxt[0], EdgeKind.SYNC))
+        edges.append(Edge(src, nxt[0], _SYNC))
 
 
 def add_data_edges(linker: _Linker) -> None:
@@ -200,7 +203,7 @@ def add_data_edges(linker: _Linker) -> None:
                   key=_ET_ID)
     by_et = linker.et.by_id
     producer: dict[int, int] = {}
-    get, data = producer.get, EdgeKind.DATA
+    get, data = producer.get, _DATA
     for op in tops:
         node = by_et[op.attrs["et_id"]]
         uid, lane = op.uid, op.lane
@@ -223,7 +226,7 @@ def _autograd_edges(linker: _Linker, tops: list) -> None:
     ops, edges, by_et = linker.ops, linker.edges, linker.et.by_id
     forward: dict[int, int] = {}  # seq_id -> uid of the op that last ran that forward node
     backward: dict[str, bool] = {}  # node name -> is an autograd node (names are interned)
-    data = EdgeKind.DATA
+    data = _DATA
     for op in tops:
         uid, lane = op.uid, op.lane
         stack = [by_et[op.attrs["et_id"]]]
@@ -262,7 +265,7 @@ def add_kineto_autograd_edges(linker: _Linker) -> None:
         if _BACKWARD.search(ev.name):
             src = forward.get(seq)
             if src is not None and ops[src].lane != ops[top.op].lane:
-                edges.append(Edge(src, top.op, EdgeKind.DATA))
+                edges.append(Edge(src, top.op, _DATA))
         else:
             forward[seq] = top.op
 
@@ -274,7 +277,7 @@ def prune_edges(linker: _Linker) -> None:
     starts = [op.start_ps for op in ops]
     width = len(ops) + 1  # src * width + dst: one int per pair, cheaper than a tuple
     kept, seen, backwards = [], set(), 0
-    parent = EdgeKind.PARENT
+    parent = _PARENT
     for e in linker.edges:
         src, dst = e.src, e.dst
         pair = src * width + dst

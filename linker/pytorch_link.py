@@ -65,6 +65,10 @@ from chakra_hooks.linker.sources import RankJob
 
 PG_INIT = "## process_group:init ##"
 RPC = "record_param_comms"
+# Enum members read per op or per edge, bound once: reading one off its class goes through
+# EnumType's __getattr__ hook, about ten times the cost of a module global.
+_COMPUTE, _COLLECTIVE, _METADATA = OpKind.COMPUTE, OpKind.COLLECTIVE, OpKind.METADATA
+_HOST_ORDER, _LAUNCH, _STREAM_ORDER = EdgeKind.HOST_ORDER, EdgeKind.LAUNCH, EdgeKind.STREAM_ORDER
 _COPY_KINDS = {"HtoD": OpKind.MEM_LOAD, "DtoH": OpKind.MEM_STORE}
 WINDOW_MIN_OUTSIDE = 0.10  # Kineto ranges outside the ET's span before we cut to its window
 LOW_MATCH = 0.5  # below this match rate a pair is reported as two different runs
@@ -244,7 +248,7 @@ class _Linker:
         self._nested_c10d(top_uid)
         if self.kt is None:
             self._et_device_ops(top_uid)
-        if not any(op.kind == OpKind.METADATA for op in self.ops):
+        if not any(op.kind == _METADATA for op in self.ops):
             self._kineto_pg_metadata()
 
     def _et_device_ops(self, top_uid: dict[int, int]) -> None:
@@ -255,7 +259,7 @@ class _Linker:
             if node.cat not in DEVICE_CATS:
                 continue
             ev = _et_event(node)
-            kind, comm, meta = OpKind.COMPUTE, None, None
+            kind, comm, meta = _COMPUTE, None, None
             if ev.cat == "kernel" and kernel_collective(node.name) is not None:
                 meta = from_record_param_comms(node)
                 found = classify(meta.name if meta else kernel_collective(node.name) or "")
@@ -273,7 +277,7 @@ class _Linker:
             while anc is not None and anc.id not in top_uid and anc.parent != anc.id:
                 anc = by_id.get(anc.parent)
             if anc is not None and anc.id in top_uid:
-                self.edges.append(Edge(top_uid[anc.id], op.uid, EdgeKind.LAUNCH))
+                self.edges.append(Edge(top_uid[anc.id], op.uid, _LAUNCH))
 
     def _et_thread_lanes(self, tops: list[EtNode]) -> dict[int, str]:
         """ET tid -> lane, named after the Kineto thread most of its matched ops ran on."""
@@ -296,7 +300,7 @@ class _Linker:
         if node.name in C10D_OPS and self._c10d_on_host(node, ev):
             op = self._c10d_comm_op(node, ev)
         else:
-            op = self._add(node.name, OpKind.COMPUTE, False, lane, ev)
+            op = self._add(node.name, _COMPUTE, False, lane, ev)
             op.attrs["et_id"] = node.id
         op.inputs = TensorIO(*node.io_text())
         op.outputs = TensorIO(*node.io_text(outputs=True))
@@ -312,7 +316,7 @@ class _Linker:
 
     def _c10d_comm_op(self, node: EtNode, ev: KEvent | None) -> Op:
         meta = self.rpc_meta.get(node.id) or from_c10d_et(node)
-        kind, ctype = classify(node.name) or (OpKind.COLLECTIVE, None)
+        kind, ctype = classify(node.name) or (_COLLECTIVE, None)
         if node.name == "c10d::alltoall_base_":
             ctype = CommType.ALL_TO_ALL
         op = self._add(node.name, kind, True, f"comm:{meta.pg_name or 'default'}", ev)
@@ -352,18 +356,18 @@ class _Linker:
                     continue
                 if ev.name in C10D_OPS and id(ev) not in self.c10d_on_device:
                     meta = from_c10d_kineto(ev.name, ev.args)
-                    kind, ctype = classify(ev.name) or (OpKind.COLLECTIVE, None)
+                    kind, ctype = classify(ev.name) or (_COLLECTIVE, None)
                     op = self._add(ev.name, kind, True, "comm:default", ev)
                     op.comm = self._comm_info(kind, ctype, meta)
                     op.attrs["host_side_collective"] = True
                 else:
-                    op = self._add(ev.name, OpKind.COMPUTE, False, lane, ev)
+                    op = self._add(ev.name, _COMPUTE, False, lane, ev)
                 self.seqs[lane].append(op.uid)
         self._kineto_pg_metadata()
 
     def _metadata_op(self, name: str, config: object, lane: str, et_id: int | None) -> None:
         text = config if isinstance(config, str) else orjson.dumps(config).decode()
-        op = self._add(name, OpKind.METADATA, False, lane, None)
+        op = self._add(name, _METADATA, False, lane, None)
         op.attrs["pg_config"] = text
         if et_id is not None:
             op.attrs["et_id"] = et_id
@@ -383,7 +387,7 @@ class _Linker:
             lane = f"stream:{ev.pid if device is None else device}:" \
                    f"{ev.tid if stream is None else stream}"
             self.lanes[key] = lane
-        kind, comm, nbytes, meta, collective = OpKind.COMPUTE, None, None, None, None
+        kind, comm, nbytes, meta, collective = _COMPUTE, None, None, None, None
         cat = ev.cat
         if cat == "kernel":
             coll = self.kernel_names.get(ev.name, False)
@@ -415,7 +419,7 @@ class _Linker:
         while host is not None and host.op < 0:
             host = host.parent
         if host is not None:
-            self.edges.append(Edge(host.op, op.uid, EdgeKind.LAUNCH))
+            self.edges.append(Edge(host.op, op.uid, _LAUNCH))
 
     def _kernel_comm(self, ev: KEvent, inner: KEvent | None
                      ) -> tuple[OpKind, CommInfo | None, CommMeta | None, str | None]:
@@ -425,7 +429,7 @@ class _Linker:
             coll = self.kernel_names[ev.name] = kernel_collective(ev.name)
         meta = from_kineto_args(ev.args) if ev.args.collective_name is not None else None
         if coll is None and meta is None:
-            return OpKind.COMPUTE, None, None, None
+            return _COMPUTE, None, None, None
         anc_meta, anc_name = self._ancestor_comm(inner)
         meta = meta or anc_meta
         for name in (meta.name if meta else None, anc_name, coll):
@@ -433,7 +437,7 @@ class _Linker:
             if found is not None:
                 kind, ctype = found
                 return kind, self._comm_info(kind, ctype, meta), meta, name
-        return OpKind.COMPUTE, None, meta, coll  # e.g. RCCL "Generic" without metadata
+        return _COMPUTE, None, meta, coll  # e.g. RCCL "Generic" without metadata
 
     def _ancestor_comm(self, anc: KEvent | None) -> tuple[CommMeta | None, str | None]:
         """Collective metadata from the host ranges around a launch (record_param_comms,
@@ -462,8 +466,8 @@ class _Linker:
     def _comm_info(self, kind: OpKind, ctype: CommType | None, meta: CommMeta | None
                    ) -> CommInfo:
         if meta is None:
-            return CommInfo(0, ctype if kind == OpKind.COLLECTIVE else None)
-        info = CommInfo(meta.size_for(ctype), ctype if kind == OpKind.COLLECTIVE else None,
+            return CommInfo(0, ctype if kind == _COLLECTIVE else None)
+        info = CommInfo(meta.size_for(ctype), ctype if kind == _COLLECTIVE else None,
                         self.groups.resolve(meta.pg_name, meta.ranks))
         if kind in (OpKind.SEND, OpKind.RECV):
             me = self.trace.rank
@@ -476,9 +480,9 @@ class _Linker:
         edges, nested = self.edges, self.nested_after
         for uids in self.seqs.values():
             for a, b in zip(uids, uids[1:]):
-                edges.append(Edge(a, b, EdgeKind.HOST_ORDER))
+                edges.append(Edge(a, b, _HOST_ORDER))
                 for c in nested.get(a, ()):
-                    edges.append(Edge(c, b, EdgeKind.HOST_ORDER))
+                    edges.append(Edge(c, b, _HOST_ORDER))
         lanes: dict[str, list[Op]] = defaultdict(list)
         for op in self.ops:
             if op.on_device and op.start_ps is not None and op.lane.startswith("stream:"):
@@ -486,7 +490,7 @@ class _Linker:
         for ops in lanes.values():
             ops.sort(key=_START_PS)  # stable: equal starts stay in uid order
             for a, b in zip(ops, ops[1:]):
-                edges.append(Edge(a.uid, b.uid, EdgeKind.STREAM_ORDER))
+                edges.append(Edge(a.uid, b.uid, _STREAM_ORDER))
 
     # --------------------------------------------------------------------------- finish
     def _add(self, name: str, kind: OpKind, on_device: bool, lane: str, ev: KEvent | None
@@ -504,7 +508,7 @@ class _Linker:
         trace, et, kt = self.trace, self.et, self.kt
         trace.groups = self.groups.table()
         device = [op for op in self.ops if op.on_device and op.lane.startswith("stream:")]
-        launched = {e.dst for e in self.edges if e.kind == EdgeKind.LAUNCH}
+        launched = {e.dst for e in self.edges if e.kind == _LAUNCH}
         stats = trace.stats
         stats["ops"] = len(self.ops)
         stats["edges"] = len(self.edges)
