@@ -76,6 +76,9 @@ def stage_declarations() -> str:
             copy = target / declarations.name
             if not copy.exists() or copy.read_bytes() != declarations.read_bytes():
                 shutil.copyfile(declarations, copy)
+        for copy in target.glob("*.pxd"):  # a declarations file since removed must not linger
+            if copy.name != "__init__.pxd" and not (HERE / folder / copy.name).exists():
+                copy.unlink()
     return str(root)
 
 
