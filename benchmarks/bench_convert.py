@@ -1,7 +1,7 @@
 """Benchmark: ``chakra-hooks convert`` on tiled ResNet inputs, beside the reference converter.
 
     python benchmarks/bench_convert.py [--tiles 1 6 22 55] [--workdir DIR] [--reference]
-                                       [--link-only] [--repeat N]
+                                       [--link-only] [--repeat N] [--instructions]
 
 For each K, tiles the real ``a100_resnet_nccl`` pair K times (benchmarks/tile_resnet.py,
 cached in the work directory), then runs our whole ``convert`` (read, link, convert, write)
@@ -13,6 +13,10 @@ wrapper process, so one measurement cannot inflate the next). ``--link-only`` ti
 ``pytorch_link.link`` alone (no converter, no writer). ``--reference`` also runs mlc-chakra's
 ``chakra_converter`` on the reference-linked ``a100_resnet_nccl.ref_linked.json.gz`` (the
 reference linker needs PARAM's et_replay, which is not on PyPI, so only K=1 exists for it).
+
+``--instructions`` instead counts the instructions of one ``convert`` per K under valgrind's
+callgrind (about 100x slower than a plain run: use K=1 or K=6). On a shared machine whose
+speed drifts by the hour, that count is the figure to compare two builds by.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -98,6 +103,25 @@ def ours(k: int, workdir: Path, link_only: bool) -> str:
     return row(f"ours convert K={k}", mb, result)
 
 
+def instructions(k: int, workdir: Path) -> str:
+    """Instructions of one whole convert at K, counted by callgrind."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        raise SystemExit("--instructions needs valgrind (Debian: apt-get install valgrind)")
+    folder, size = ensure_tiles(k, workdir)
+    out = workdir / f"out_x{k}"
+    shutil.rmtree(out, ignore_errors=True)
+    cli = shutil.which("chakra-hooks") or str(Path(sys.executable).with_name("chakra-hooks"))
+    run = subprocess.run([valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null", cli,
+                          "convert", str(folder), "-o", str(out), "-j", "1"],
+                         capture_output=True, text=True)
+    found = re.search(r"I\s+refs:\s+([\d,]+)", run.stderr)
+    if run.returncode != 0 or found is None:
+        raise SystemExit(f"callgrind run failed: {run.stderr[-500:]}")
+    count = int(found.group(1).replace(",", ""))
+    return f"ours convert K={k}: {count / 1e9:.3f}e9 instructions ({count / size:.0f} per input byte)"
+
+
 def reference(workdir: Path) -> str:
     src = CORPUS / "chakra_reference" / "a100_resnet_nccl.ref_linked.json.gz"
     linked = workdir / "ref_linked.json"
@@ -126,6 +150,8 @@ def main() -> None:
     parser.add_argument("--reference", action="store_true")
     parser.add_argument("--link-only", action="store_true")
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure (best kept)")
+    parser.add_argument("--instructions", action="store_true",
+                        help="count instructions under callgrind instead of timing")
     args = parser.parse_args()
     global REPEAT
     REPEAT = args.repeat
@@ -135,15 +161,20 @@ def main() -> None:
                              "compiled_status; print(compiled_status())"],
                             capture_output=True, text=True, check=True).stdout.strip()
     print(f"compiled modules running: {status} (setup.py; 0 = pure Python)")
-    print(f"{'run':<34} {'input MB':>9} {'seconds':>9} {'MB/s':>8} {'median s':>9} {'CPU s':>9} "
-          f"{'MB/CPU-s':>8} "
-          f"{'peak MB':>9} {'peak/in':>7}")
-    for k in args.tiles:
-        print(ours(k, workdir, args.link_only), flush=True)
-    if args.reference:
-        print(reference(workdir), flush=True)
-    if args.workdir is None:
-        shutil.rmtree(workdir, ignore_errors=True)
+    try:
+        if args.instructions:
+            for k in args.tiles:
+                print(instructions(k, workdir), flush=True)
+            return
+        print(f"{'run':<34} {'input MB':>9} {'seconds':>9} {'MB/s':>8} {'median s':>9} "
+              f"{'CPU s':>9} {'MB/CPU-s':>8} {'peak MB':>9} {'peak/in':>7}")
+        for k in args.tiles:
+            print(ours(k, workdir, args.link_only), flush=True)
+        if args.reference:
+            print(reference(workdir), flush=True)
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":
