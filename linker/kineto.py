@@ -180,6 +180,7 @@ _WHERE = re.compile(r"\$(\[\d+\])")
 _EVENTS_START = re.compile(rb'"traceEvents"\s*:\s*(\[)\s*')
 _BETWEEN_EVENTS = re.compile(rb"\}\s*,\s*(?=\{)")
 _BLANK = frozenset(b" \t\r\n")
+_END_TRIES = 10_000
 # The events array's stand-in when the rest of the document is checked: a value no trace has.
 _MARK = b'"\\u0000chakra-hooks: traceEvents"'
 _MARK_VALUE = msgspec.json.decode(_MARK)
@@ -304,17 +305,20 @@ def _cut_events(raw: bytes) -> tuple[_KinetoRest, Callable[[], Iterator[tuple[in
 def _events_end(raw: bytes, lo: int) -> tuple[int, int]:
     """Where the events array that starts at ``lo`` ends: (its ``]``, the ``}`` of its last
     event), or (-1, -1). Sought from the end of the file, where the array ends in every
-    trace seen (a few short keys follow it); the last ``}`` then ``]`` is the candidate."""
+    trace seen (a few short keys follow it); the last ``}`` then ``]`` is the candidate. The
+    search gives up after _END_TRIES brackets (a truncated file could otherwise be walked
+    bracket by bracket to its start)."""
     at, blank = len(raw), _BLANK
-    while True:
+    for _ in range(_END_TRIES):
         at = raw.rfind(b"]", lo, at)
         if at < 0:
-            return -1, -1
+            break
         last = at - 1
         while last > lo and raw[last] in blank:
             last -= 1
         if raw[last] == 0x7D:  # "}"
             return at, last
+    return -1, -1
 
 
 def _split_events(path: Path, raw: bytes
