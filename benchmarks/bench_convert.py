@@ -59,6 +59,13 @@ assert trace.stats["match_rate"] > 0.99, trace.stats
 REPEAT = 3  # runs per measurement; the fastest is reported (--repeat)
 
 
+def compiled_status() -> str:
+    """How many modules a fresh process runs compiled, e.g. "17 of 17"."""
+    return subprocess.run([sys.executable, "-c", "from chakra_hooks._compiled import "
+                           "compiled_status; print(compiled_status())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
 def measure(cmd: list[str]) -> dict:
     """The fastest of REPEAT runs: on a shared virtual machine other tenants' load only ever
     adds time (CPU steal shows up as user time here), so the minimum is the steadiest figure."""
@@ -157,9 +164,7 @@ def main() -> None:
     REPEAT = args.repeat
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="chakra_bench_"))
     workdir.mkdir(parents=True, exist_ok=True)
-    status = subprocess.run([sys.executable, "-c", "from chakra_hooks._compiled import "
-                             "compiled_status; print(compiled_status())"],
-                            capture_output=True, text=True, check=True).stdout.strip()
+    status = compiled_status()
     print(f"compiled modules running: {status} (setup.py; 0 = pure Python)")
     try:
         if args.instructions:
@@ -175,6 +180,9 @@ def main() -> None:
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
+    if compiled_status() != status:  # a source edited meanwhile runs from source (_compiled.py)
+        print(f"warning: compiled modules running changed to {compiled_status()} during the "
+              "runs: figures after the change are not of the compiled build")
 
 
 if __name__ == "__main__":
