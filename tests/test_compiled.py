@@ -58,3 +58,33 @@ def test_ci_build_compiles_every_module() -> None:
         pytest.skip("a local install may lack a compiler; CI's does not")
     modules = [importlib.import_module(name) for name, _ in _compiled.COMPILED]
     assert all(_compiled.is_compiled(m) for m in modules), _compiled.compiled_status()
+
+
+def test_checkout_runs_all_from_source_once_any_module_is_stale(tmp_path, monkeypatch) -> None:
+    # Compiled modules call what another declares (.pxd) directly: one stale module means
+    # every module runs from source, and a .pxd newer than its build counts as stale.
+    from importlib.machinery import EXTENSION_SUFFIXES
+    for _, source in _compiled.COMPILED:
+        py = tmp_path / source
+        py.parent.mkdir(parents=True, exist_ok=True)
+        py.write_text("")
+        built = py.with_name(py.stem + EXTENSION_SUFFIXES[0])
+        built.write_text("")
+        os.utime(py, (1000, 1000))
+        os.utime(built, (2000, 2000))
+
+    def stale() -> bool:
+        monkeypatch.setattr(_compiled, "_stale", None)
+        return _compiled._stale_build(tmp_path)
+
+    assert not stale()
+    first = tmp_path / _compiled.COMPILED[0][1]
+    declarations = first.with_suffix(".pxd")
+    declarations.write_text("")
+    os.utime(declarations, (3000, 3000))
+    assert stale()
+    os.utime(declarations, (1500, 1500))
+    assert not stale()
+    last = tmp_path / _compiled.COMPILED[-1][1]
+    last.with_name(last.stem + EXTENSION_SUFFIXES[0]).unlink()  # a module left uncompiled
+    assert stale()
