@@ -1,6 +1,17 @@
 # Declarations for the compiled build only (setup.py; the .py runs unchanged without them):
-# writing a node calls the encoder's methods directly, not through Python's method lookup.
+# writing a node calls the encoder's methods directly, not through Python's method lookup,
+# and resolving edges uses its dicts, sets and lists through direct C calls.
+cimport cython
 from chakra_hooks.converter.wire cimport NodeEncoder
 
 cpdef object round_us(object ps)
 cpdef bytes _make_node(object op, object deps, str exact_unit, NodeEncoder enc, object tally)
+
+
+@cython.locals(known=set, incoming=dict, stats=dict, slot=dict, deps=dict, sources=dict,
+               data=list, ctrl=list, edges_out=Py_ssize_t)
+cpdef tuple _resolve_edges(object trace, dict kept)
+
+
+@cython.locals(sources=dict)
+cpdef bint _in_time_order(dict incoming, dict kept)

@@ -145,15 +145,18 @@ def _resolve_edges(trace: LinkedTrace, kept: dict[int, Op]) -> tuple[dict[int, t
     incoming: dict[int, dict[int, EdgeKind]] = {}
     stats = {"edges_in": len(trace.edges), "edges_missing_end": 0, "edges_self": 0, "edges_against_time": 0}
     for edge in trace.edges:
-        if edge.src not in known or edge.dst not in known:
+        src, dst = edge.src, edge.dst
+        if src not in known or dst not in known:
             stats["edges_missing_end"] += 1
-        elif edge.src == edge.dst:
+        elif src == dst:
             stats["edges_self"] += 1
         else:
-            slot = incoming.setdefault(edge.dst, {})
+            slot = incoming.get(dst)
+            if slot is None:
+                slot = incoming[dst] = {}
             # DATA wins over order edges between the same pair: it says more.
-            if slot.get(edge.src) != _DATA:
-                slot[edge.src] = edge.kind
+            if slot.get(src) != _DATA:
+                slot[src] = edge.kind
     if len(kept) < len(known):
         _bypass_dropped(incoming, kept)
     if not _in_time_order(incoming, kept) and _has_cycle(incoming, kept):
@@ -167,7 +170,10 @@ def _resolve_edges(trace: LinkedTrace, kept: dict[int, Op]) -> tuple[dict[int, t
             data = [s for s, k in sources.items() if k == _DATA]
             ctrl = [s for s, k in sources.items() if k != _DATA]
             deps[dst] = (data, ctrl)
-    stats["edges_out"] = sum(len(d) + len(c) for d, c in deps.values())
+    edges_out = 0
+    for data, ctrl in deps.values():
+        edges_out += len(data) + len(ctrl)
+    stats["edges_out"] = edges_out
     return deps, stats
 
 
@@ -209,16 +215,15 @@ def _bypass_dropped(incoming: dict[int, dict[int, EdgeKind]], kept: dict[int, Op
 def _in_time_order(incoming: dict[int, dict[int, EdgeKind]], kept: dict[int, Op]) -> bool:
     """Whether every kept edge runs from an earlier (start, uid) to a later one, which rules a
     cycle out in one pass (the usual case; else _has_cycle decides)."""
-    get = kept.get
     for dst, sources in incoming.items():
-        dst_op = get(dst)
+        dst_op = kept.get(dst)
         if dst_op is None:
             continue
         dst_start = dst_op.start_ps
         if dst_start is None:
             return False
         for src in sources:
-            src_op = get(src)
+            src_op = kept.get(src)
             if src_op is None:
                 continue
             src_start = src_op.start_ps
