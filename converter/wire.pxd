@@ -5,6 +5,7 @@ cpdef bytes _signed_varint(object value, object low, object high, str oneof)
 cpdef bytes _length_delimited(bytes key, bytes body)
 cpdef bytes _attr_name(str name)
 cpdef bytes encode_attr(str name, object value, str oneof=*)
+cpdef bytes _int_value(object value, str oneof)
 cpdef bytes _int_field(bytes head, object value, str oneof)
 
 

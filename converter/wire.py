@@ -105,26 +105,25 @@ def encode_attr(name: str, value: object, oneof: str | None = None) -> bytes:
         return head + key + _DOUBLE(value)
     if oneof == "bool_val":
         return head + key + (b"\x01" if value else b"\x00")
-    if oneof == "int64_val":
-        return head + key + _signed_varint(value, _I64_MIN, _I64_MAX, oneof)  # type: ignore[arg-type]
     if oneof == "int32_val":
         return head + key + _signed_varint(value, _I32_MIN, _I32_MAX, oneof)  # type: ignore[arg-type]
-    if not 0 <= value < _U64:  # type: ignore[operator]
-        raise ValueError(f"value {value} out of range for {oneof}")
-    return head + key + encode_varint(value)  # type: ignore[arg-type]
+    return head + key + _int_value(value, oneof)  # type: ignore[arg-type]
+
+
+def _int_value(value: int, oneof: str) -> bytes:
+    """An int64_val / uint64_val value's varint; out of its range is refused, as protobuf does."""
+    if 0 <= value <= _I64_MAX:
+        return encode_varint(value)
+    if oneof == "int64_val":
+        return _signed_varint(value, _I64_MIN, _I64_MAX, oneof)
+    if oneof == "uint64_val" and 0 <= value < _U64:
+        return encode_varint(value)
+    raise ValueError(f"value {value} out of range for {oneof}")
 
 
 def _int_field(head: bytes, value: int, oneof: str) -> bytes:
     """A Node ``attr`` field: ``head`` (the attribute's name and value key) + ``value``."""
-    if 0 <= value <= _I64_MAX:
-        tail = encode_varint(value)
-    elif oneof == "int64_val":
-        tail = _signed_varint(value, _I64_MIN, _I64_MAX, oneof)
-    elif oneof == "uint64_val" and 0 <= value < _U64:
-        tail = encode_varint(value)
-    else:
-        raise ValueError(f"value {value} out of range for {oneof}")
-    return _length_delimited(_ATTR, head + tail)
+    return _length_delimited(_ATTR, head + _int_value(value, oneof))
 
 
 class NodeEncoder:
