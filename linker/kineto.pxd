@@ -1,7 +1,9 @@
 # Declarations for the compiled build only (setup.py; the .py runs unchanged without them):
 # the per-event loop's containers as the builtin types they are, so that their methods are
-# direct C calls rather than Python method calls.
+# direct C calls rather than Python method calls, and its time conversion a C call too.
 cimport cython
+
+cpdef object _ns(object value)
 
 
 @cython.locals(pids=set, out_of=dict, ids=dict, host=list, device=list, full_names=dict,

@@ -176,7 +176,7 @@ _REST_DECODER = msgspec.json.Decoder(_KinetoRest)
 _EVENTS_DECODER = msgspec.json.Decoder(list[KEvent])
 _COMMON_ARGS = msgspec.json.Decoder(list[Union[CommonArgs, None]])
 _FULL_ARGS = msgspec.json.Decoder(list[Union[KArgs, None]])
-_WHERE = re.compile(r"\$(\[\d+\])")
+_WHERE = re.compile(r"\$\[(\d+)\]")  # the failing element in a msgspec error: `$[12]`
 _EVENTS_START = re.compile(rb'"traceEvents"\s*:\s*(\[)\s*')
 _BETWEEN_EVENTS = re.compile(rb"\}\s*,\s*(?=\{)")
 _BLANK = frozenset(b" \t\r\n")
@@ -344,9 +344,15 @@ def _split_events(path: Path, raw: bytes
     return doc, chunks
 
 
-def _where(exc: msgspec.ValidationError, first: int) -> str:
+def _failed_index(exc: msgspec.ValidationError) -> int | None:
+    """Which element of a decoded array a msgspec error is about (None if it does not say)."""
     found = _WHERE.search(str(exc))
-    return f"traceEvents[{first + int(found.group(1)[1:-1])}]" if found else "traceEvents"
+    return int(found.group(1)) if found else None
+
+
+def _where(exc: msgspec.ValidationError, first: int) -> str:
+    index = _failed_index(exc)
+    return "traceEvents" if index is None else f"traceEvents[{first + index}]"
 
 
 def _read_trace(path: Path, raw_bytes: int, doc: _KinetoDoc | _KinetoRest,
@@ -400,9 +406,8 @@ def _read_events(trace: KinetoTrace, events: list[KEvent], first: int) -> int:
         out, cat, full_names = found
         ev.cat = cat  # one shared string per category, not one per event
         try:
-            ts, dur = ev.start, ev.dur
-            ev.start = base + (ts * 1000 if type(ts) is int else round(ts * 1000))
-            ev.dur = dur * 1000 if type(dur) is int else round(dur * 1000)
+            ev.start = base + _ns(ev.start)
+            ev.dur = _ns(ev.dur)
         except TypeError as exc:
             raise TraceFormatError(trace.path, f"traceEvents[{index}]",
                                    f"an event with name, pid, tid, numeric ts / dur ({exc})"
@@ -449,10 +454,11 @@ def _set_args(trace: KinetoTrace, events: list[KEvent], first: int, kept: list[K
     try:
         decoded = decoder.decode(b"[%b]" % b",".join(raws))
     except msgspec.ValidationError as exc:
-        found = _WHERE.search(str(exc))
-        ev = kept[int(found.group(1)[1:-1])] if found else None
-        where = (f"traceEvents[{first + next(i for i, e in enumerate(events) if e is ev)}]"
-                 if ev is not None else "traceEvents")
+        index = _failed_index(exc)
+        where = "traceEvents"
+        if index is not None:  # kept[index] is an event of this chunk: name it by its place
+            place = next(i for i, e in enumerate(events) if e is kept[index])
+            where = f"traceEvents[{first + place}]"
         raise TraceFormatError(trace.path, where, f"'args' an object or null ({exc})") from exc
     no_args = _NO_ARGS
     for ev, args in zip(kept, decoded):
@@ -466,5 +472,4 @@ def _index_flow_ends(trace: KinetoTrace, chunks: Callable[[], Iterator[tuple[int
         for ev in events:
             ts = ev.start
             if ev.ph == "f" and ev.cat == "ac2g" and isinstance(ts, (int, float)):
-                flow_ends[(ev.pid, ev.tid, base + (ts * 1000 if type(ts) is int
-                                                  else round(ts * 1000)))] = ev.id
+                flow_ends[(ev.pid, ev.tid, base + _ns(ts))] = ev.id
