@@ -20,8 +20,6 @@ from .schema import COMM_COLL, COMM_TYPES, KNOWN_TYPES, CollectiveCommType, Glob
 _RANK_IN_NAME = re.compile(r"\.(\d+)\.et(?:\.gz)?$")
 
 
-
-
 def _comm_name(value: object) -> str:
     return CollectiveCommType.Name(value) if value in CollectiveCommType.values() else f"UNKNOWN_{value}"
 
