@@ -13,8 +13,9 @@ from chakra_hooks import _compiled
 
 
 def test_either_every_listed_module_runs_compiled_or_none() -> None:
-    # A module that failed to compile stays Python silently (a warning in pip's log): a
-    # partial build means one module no longer compiles and has lost its speed.
+    # setup.py builds every module or none (compiled modules call each other's declared
+    # functions directly), and a checkout runs all from source once one is stale: a mix
+    # means one of those rules broke.
     modules = [importlib.import_module(name) for name, _ in _compiled.COMPILED]
     compiled = [m.__name__ for m in modules if _compiled.is_compiled(m)]
     assert compiled in ([], [m.__name__ for m in modules]), compiled
@@ -56,8 +57,8 @@ def test_ci_build_compiles_every_module() -> None:
     # machine has Cython (a build requirement) and a C compiler: there, everything compiles.
     if not os.environ.get("CI"):
         pytest.skip("a local install may lack a compiler; CI's does not")
-    modules = [importlib.import_module(name) for name, _ in _compiled.COMPILED]
-    assert all(_compiled.is_compiled(m) for m in modules), _compiled.compiled_status()
+    listed = len(_compiled.COMPILED)
+    assert _compiled.compiled_status() == f"{listed} of {listed}"
 
 
 def test_checkout_runs_all_from_source_once_any_module_is_stale(tmp_path, monkeypatch) -> None:
