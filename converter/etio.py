@@ -103,7 +103,7 @@ def _decode_long_varint(buf: bytes, start: int, path: str | os.PathLike) -> tupl
             raise TraceFormatError(path, f"byte {start}", "a varint length prefix of at most 10 bytes")
 
 
-def _payload(frame: bytes) -> bytes:
+def frame_body(frame: bytes) -> bytes:
     """The message bytes of a frame: skip its length prefix."""
     pos = 0
     while frame[pos] & 0x80:
@@ -126,7 +126,7 @@ def decode_frames(frames: list[bytes], path: str | os.PathLike) -> tuple[GlobalM
         raise TraceFormatError(path, "byte 0", "a GlobalMetadata message first (the file is empty)")
     metadata = GlobalMetadata()
     try:
-        metadata.ParseFromString(_payload(frames[0]))
+        metadata.ParseFromString(frame_body(frames[0]))
     except DecodeError as exc:
         raise TraceFormatError(path, "byte 0", f"a GlobalMetadata message first, not a Node or other data ({exc})") from exc
     stream = NodeStream()

@@ -63,6 +63,10 @@ class ChakraGraph:
     tally: Tally  # what inspect.summarize would count in the nodes, counted as they were made
     stats: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # Where the COMM_COLL nodes are in ``bodies``, and the tally of every other node: what
+    # rules across a run's ranks (converter/run.py), which rewrite collectives only, leave as is.
+    collectives: list[int] = field(default_factory=list)
+    others_tally: Tally = field(default_factory=Tally)
     _nodes: Sequence[Node] | None = field(default=None, repr=False)
 
     @property
@@ -94,15 +98,24 @@ def build_graph(trace: LinkedTrace, target: str = "full", keep_mem: bool = False
     if consume:
         trace.ops, trace.edges = [], []
     bodies = []
-    encoder, tally = NodeEncoder(), Tally()
+    encoder, others, collective_tally = NodeEncoder(), Tally(), Tally()
+    collectives = []
     for index, op in enumerate(ops):
+        if op.kind == _COLLECTIVE:
+            collectives.append(index)
+            tally = collective_tally
+        else:
+            tally = others
         bodies.append(_make_node(op, deps.pop(op.uid, None), exact_unit, encoder, tally))
         if consume:
             ops[index] = None  # type: ignore[call-overload]
     stats.update(nodes=len(bodies))
     metadata = _make_metadata(trace, target, exact_unit)
+    tally = Tally()
+    tally.merge(others)
+    tally.merge(collective_tally)
     return ChakraGraph(trace.rank, metadata, bodies, dict(trace.groups), tally, stats,
-                       list(trace.warnings))
+                       list(trace.warnings), collectives=collectives, others_tally=others)
 
 
 def _whole_ns(op: Op) -> bool:

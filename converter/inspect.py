@@ -79,6 +79,46 @@ class Tally:
         elif comm_size is not None and kind != COMM_COLL:
             self.comm_bytes[NodeType.Name(kind)] += int(comm_size)
 
+    def add_node(self, node: Node, path: str = "<nodes>", index: int = 0, check: bool = True) -> None:
+        """One decoded node (``index``: its place in the file at ``path``, for errors); see
+        :func:`summarize` for ``check``."""
+        kind = node.type
+        if kind not in KNOWN_TYPES:
+            raise TraceFormatError(path, f"node id {node.id} (#{index})",
+                                   f"a Chakra NodeType (0-{max(KNOWN_TYPES)}), got {kind}")
+        comm_type = size = None
+        cpu = False
+        is_comm = kind in COMM_TYPES
+        for attr in node.attr:
+            name = attr.name
+            if check and attr.WhichOneof("value") is None:
+                raise TraceFormatError(path, f"node id {node.id} attribute {name!r}",
+                                       "a value of a type the Chakra schema defines (unknown field)")
+            if name == "is_cpu_op":
+                cpu = attr.bool_val
+                if not (is_comm or check):
+                    break
+            elif is_comm:
+                if name == "comm_type":
+                    comm_type = value_of(attr)
+                elif name == "comm_size":
+                    size = value_of(attr)
+        self.add(kind, node.duration_micros, len(node.data_deps), len(node.ctrl_deps), cpu,
+                 comm_type, size)
+
+    def merge(self, other: Tally) -> None:
+        """Add the counts of ``other`` (other nodes of the same file): the result is what
+        one tally fed both sets of nodes would hold."""
+        self.nodes += other.nodes
+        self.data_deps += other.data_deps
+        self.ctrl_deps += other.ctrl_deps
+        self.cpu += other.cpu
+        for kind, count in other.count_by.items():
+            self.count_by[kind] = self.count_by.get(kind, 0) + count
+            self.duration_by[kind] = self.duration_by.get(kind, 0) + other.duration_by[kind]
+        self.comm_types.update(other.comm_types)
+        self.comm_bytes.update(other.comm_bytes)
+
     def summary(self, path: str, metadata: GlobalMetadata) -> Summary:
         meta = {attr.name: value_of(attr) for attr in metadata.attr}
         by_type = {NodeType.Name(k): v for k, v in self.count_by.items()}
@@ -106,29 +146,7 @@ def summarize(path: str, metadata: GlobalMetadata, nodes: Sequence[Node], check:
     """
     tally = Tally()
     for index, node in enumerate(nodes):
-        kind = node.type
-        if kind not in KNOWN_TYPES:
-            raise TraceFormatError(path, f"node id {node.id} (#{index})",
-                                   f"a Chakra NodeType (0-{max(KNOWN_TYPES)}), got {kind}")
-        comm_type = size = None
-        cpu = False
-        is_comm = kind in COMM_TYPES
-        for attr in node.attr:
-            name = attr.name
-            if check and attr.WhichOneof("value") is None:
-                raise TraceFormatError(path, f"node id {node.id} attribute {name!r}",
-                                       "a value of a type the Chakra schema defines (unknown field)")
-            if name == "is_cpu_op":
-                cpu = attr.bool_val
-                if not (is_comm or check):
-                    break
-            elif is_comm:
-                if name == "comm_type":
-                    comm_type = value_of(attr)
-                elif name == "comm_size":
-                    size = value_of(attr)
-        tally.add(kind, node.duration_micros, len(node.data_deps), len(node.ctrl_deps), cpu,
-                  comm_type, size)
+        tally.add_node(node, path, index, check)
     return tally.summary(path, metadata)
 
 

@@ -14,6 +14,7 @@ import pytest
 from chakra_hooks.convert import convert_paths
 from chakra_hooks.converter import etio
 from chakra_hooks.converter.attrs import attr_dict, value_of
+from chakra_hooks.converter.inspect import summarize
 from chakra_hooks.converter.run import check_run, collectives
 
 
@@ -37,10 +38,14 @@ def test_uneven_all_to_all_is_found_in_the_full_output(dlrm_full: Path) -> None:
 
 
 def test_astra_sim_output_agrees_across_ranks(corpus: Path, dlrm_full: Path, tmp_path: Path) -> None:
-    convert_paths([corpus / "pytorch" / "v100_dlrm_8rank"], tmp_path, target="astra-sim", workers=2,
-                  progress=False)
+    result = convert_paths([corpus / "pytorch" / "v100_dlrm_8rank"], tmp_path, target="astra-sim",
+                           workers=2, progress=False)
     run, groups = _run(tmp_path)
     assert check_run(run, groups) == []
+    # The summaries, kept up to date as collectives were rewritten, count what the files hold.
+    for rank in result.ranks:
+        et = etio.read_et(tmp_path / rank.files[0])
+        assert rank.summary == summarize(rank.files[0], et.metadata, et.nodes).to_json()
     full, _ = _run(dlrm_full)
     for rank in run:
         ours = [c.size for c in collectives(run[rank])]
