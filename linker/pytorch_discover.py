@@ -15,7 +15,8 @@ In order:
    ``kineto.json.gz``). ET-only and Kineto-only ranks are jobs too.
 
 Warnings (not errors): ranks missing from ``world_size``, a rank with only one of two
-files while other ranks have both, two traces of one kind for one rank (converted apart).
+files while other ranks have both, two traces of one kind for one rank (converted apart), and
+each JSON file that is neither trace (empty, corrupt gzip, other content), with the reason.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from chakra_hooks.linker.sources import RankJob
 
 FORMAT = "pytorch"
 MANIFEST = "manifest.json"
+_OWN_FILES = frozenset((MANIFEST, "comm_group.json"))  # JSON files of ours that are no trace
 PYTORCH_FRAMEWORKS = frozenset(("pytorch", "torch", "vllm", "nemo"))
 HEAD_BYTES = 65536
 _RANK_MANIFEST = re.compile(r"^rank-\d+\.manifest\.json$")
@@ -58,8 +60,17 @@ def discover(files: list[Path], warn: Callable[[str], None]) -> tuple[list[RankJ
             claimed.update(f for f in files if f.parent == manifest.parent
                            and _RANK_MANIFEST.match(f.name))
             _claim_unlisted(manifest, files, claimed, warn)
-    sniffed = [s for s in (_sniff(f) for f in files
-                           if f not in claimed and _is_json(f)) if s is not None]
+    sniffed = []
+    for path in files:
+        if path in claimed or not _is_json(path):
+            continue
+        found, problem = _sniff(path)
+        if found is not None:
+            sniffed.append(found)
+        elif not _RANK_MANIFEST.match(path.name):
+            # Said, not passed over: an empty or corrupt trace beside a good one would
+            # otherwise leave its rank converted with half its data and no word why.
+            warn(f"{path}: skipped: {problem}")
     if sniffed:
         jobs.extend(_pair(sniffed, warn))
         claimed.update(s.path for s in sniffed)
@@ -79,7 +90,7 @@ def _claim_unlisted(manifest: Path, files: list[Path], claimed: set[Path],
 
 def _is_json(path: Path) -> bool:
     name = path.name.lower()
-    return (name.endswith((".json", ".json.gz")) and name != MANIFEST)
+    return name.endswith((".json", ".json.gz")) and name not in _OWN_FILES
 
 
 class _Sniffed:
@@ -89,30 +100,39 @@ class _Sniffed:
         self.path, self.role, self.rank, self.world = path, role, rank, world
 
 
-def _head(path: Path) -> bytes:
+def _head(path: Path) -> tuple[bytes, str]:
+    """The first HEAD_BYTES of the file's content (gunzipped), or b"" and what is wrong."""
     try:
         with open(path, "rb") as fh:
             data = fh.read(HEAD_BYTES)
-    except OSError:
-        return b""
+    except OSError as exc:
+        return b"", f"cannot be read ({exc.strerror or exc})"
+    if not data:
+        return b"", "the file is empty"
     if data[:2] == b"\x1f\x8b":
         try:
-            return zlib.decompressobj(31).decompress(data, HEAD_BYTES)
-        except zlib.error:
-            return b""  # corrupt: the loader reports it with the file name
-    return data
+            data = zlib.decompressobj(31).decompress(data, HEAD_BYTES)
+        except zlib.error as exc:
+            return b"", f"not a valid gzip stream ({exc})"
+        if not data:
+            return b"", "empty once gunzipped"
+    return data, ""
 
 
-def _sniff(path: Path) -> _Sniffed | None:
-    head = _head(path)
+def _sniff(path: Path) -> tuple[_Sniffed | None, str]:
+    """What the file is, or None and why it is neither a Kineto trace nor a host ET."""
+    head, problem = _head(path)
+    if problem:
+        return None, problem
     name_rank = rank_from_name(path.name)
     if b'"traceEvents"' in head or b'"schemaVersion"' in head or b'"deviceProperties"' in head:
         rank, world = _RANK_RE.search(head), _WORLD_RE.search(head)
         return _Sniffed(path, "kineto", int(rank.group(1)) if rank else name_rank,
-                        int(world.group(1)) if world else None)
+                        int(world.group(1)) if world else None), ""
     if b'"nodes"' in head and b'"schema"' in head:
-        return _Sniffed(path, "host_et", name_rank, None)
-    return None
+        return _Sniffed(path, "host_et", name_rank, None), ""
+    return None, (f"neither a Kineto trace ('traceEvents') nor a PyTorch ET ('schema' and "
+                  f"'nodes') in its first {HEAD_BYTES // 1024} KiB")
 
 
 def rank_from_name(name: str) -> int | None:

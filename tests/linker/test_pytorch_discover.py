@@ -73,6 +73,23 @@ def test_other_files_not_claimed(corpus: Path, tmp_path: Path) -> None:
     assert not jobs and not claimed and not warnings
 
 
+def test_json_files_that_are_no_trace_are_named_with_the_reason(corpus: Path, tmp_path: Path) -> None:
+    os.symlink(corpus / "pytorch/v100_dlrm_8rank/dlrm_eg_0.json.gz", tmp_path / "dlrm_eg_0.json.gz")
+    (tmp_path / "worker0_step_12.pt.trace.json").write_bytes(b"")  # the profiler died
+    (tmp_path / "worker1_step_12.pt.trace.json.gz").write_bytes(b"\x1f\x8b\x08\x00 not deflate")
+    (tmp_path / "notes.json").write_text('{"lr": 0.1}')
+    (tmp_path / "rank-2.manifest.json").write_text('{"framework": "pytorch"}')  # a collector's own
+    jobs, _, warnings = _run(_files(tmp_path))
+    assert [(j.rank, set(j.files)) for j in jobs] == [(0, {"host_et"})]
+    notes, empty, corrupt = sorted(warnings)
+    assert notes == (f"{tmp_path / 'notes.json'}: skipped: neither a Kineto trace ('traceEvents') "
+                     "nor a PyTorch ET ('schema' and 'nodes') in its first 64 KiB")
+    assert empty == f"{tmp_path / 'worker0_step_12.pt.trace.json'}: skipped: the file is empty"
+    # zlib's own words follow (they differ between zlib versions)
+    assert corrupt.startswith(f"{tmp_path / 'worker1_step_12.pt.trace.json.gz'}: skipped: "
+                              "not a valid gzip stream (")
+
+
 def _link_dlrm(corpus: Path, dst: Path, ranks: range, et: bool = True, kineto: bool = True,
                layout: str = "flat") -> None:
     d = corpus / "pytorch/v100_dlrm_8rank"
