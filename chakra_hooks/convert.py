@@ -43,9 +43,9 @@ class RankResult:
     groups: dict[int, list[int]]
     warnings: list[str]
     source: str
-    # For rules across ranks (--target astra-sim): where the COMM_COLL nodes are among the
-    # file's nodes, and the counts of all other nodes (converter.graph.ChakraGraph).
-    collectives: list[int] = field(default_factory=list)
+    # For rules across ranks (--target astra-sim): the COMM_COLL nodes as (place among the
+    # file's nodes, serialised node), and the counts of all other nodes.
+    collectives: list[tuple[int, bytes]] = field(default_factory=list)
     others_tally: Tally | None = None
 
 
@@ -112,9 +112,10 @@ def _convert_trace(trace: LinkedTrace, job: RankJob, staging: str, prefix: str, 
         etio.write_workload_json(json_path, chakra.nodes)
         files.append(json_path.name)
     summary = chakra.tally.summary(path.name, chakra.metadata).to_json()
+    # What the rules across ranks may rewrite (see _harmonize_run).
+    collectives = [(i, chakra.bodies[i]) for i in chakra.collectives] if target == "astra-sim" else []
     return RankResult(trace.rank, files, summary, {**trace.stats, **chakra.stats},
-                      chakra.groups, chakra.warnings, job.describe(), chakra.collectives,
-                      chakra.others_tally)
+                      chakra.groups, chakra.warnings, job.describe(), collectives, chakra.others_tally)
 
 
 def _merge_groups(results: list[RankResult]) -> tuple[dict[int, list[int]], list[str]]:
@@ -177,31 +178,27 @@ def _harmonize_run(staging: Path, results: list[RankResult], groups: dict[int, l
                    write_json: bool, note: Callable[[str], None]) -> dict[int, list[int]]:
     """Make the staged ETs agree across ranks as ASTRA-sim needs (converter/run.py).
 
-    Only collectives change: each file's COMM_COLL records are decoded, harmonised and put
-    back in place of the old ones, every other record is copied as written (our encoder's
-    bytes are protobuf's own), and the summary is the worker's count of the other nodes plus
-    a count of the new collectives. Reading, rewriting and recounting every node instead
-    took a fifth of a ResNet rank's whole conversion.
+    Only collectives change: the workers hand over each rank's COMM_COLL nodes, which are
+    harmonised here and put back in each file in place of the old records, every other record
+    copied as written (our encoder's bytes are protobuf's own); the summary is the worker's
+    count of the other nodes plus a count of the new collectives. One file is in memory at a
+    time. (Reading, rewriting and recounting every node took a fifth of a ResNet rank's whole
+    conversion.)
     """
     from chakra_hooks.converter import etio, inspect, run
     from chakra_hooks.converter.schema import GlobalMetadata
     from chakra_hooks.converter.wire import encode_varint
 
-    staged = {}
+    nodes = {r.rank: list(etio.decode_bodies([body for _, body in r.collectives])) for r in results}
+    new_groups = run.harmonize(nodes, groups, note)
     for result in results:
         path = staging / result.files[0]
         buf, compressed = etio.read_bytes(path)
         frames = etio.split_frames(buf, path)
         del buf
-        nodes = etio.decode_bodies([etio.frame_body(frames[i + 1]) for i in result.collectives])
-        staged[result.rank] = (path, frames, compressed, nodes)
-    new_groups = run.harmonize({rank: list(nodes) for rank, (*_, nodes) in staged.items()},
-                               groups, note)
-    for result in results:
-        path, frames, compressed, nodes = staged.pop(result.rank)
         tally = inspect.Tally()
         tally.merge(result.others_tally)
-        for index, node in zip(result.collectives, nodes):
+        for (index, _), node in zip(result.collectives, nodes.pop(result.rank)):
             body = node.SerializeToString()
             frames[index + 1] = encode_varint(len(body)) + body
             tally.add_node(node, result.files[0], index, check=False)
