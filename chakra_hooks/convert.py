@@ -13,13 +13,15 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import orjson
 
+from chakra_hooks.progress import reached, reporting_to
 from chakra_hooks.errors import TraceFormatError
 from chakra_hooks.linker.gc_pause import gc_paused
 from chakra_hooks.linker.model import LinkedTrace
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     from chakra_hooks.converter.inspect import Tally
 
 OUTPUT_SUFFIXES = (".et", ".et.gz")
+LINKED = 0.65  # share of a job's conversion done when its traces are linked (progress bar)
 COMM_GROUP_FILE = "comm_group.json"
 
 
@@ -95,8 +98,13 @@ def convert_job(job: RankJob, staging: str, prefix: str, target: str, write_json
     """Load one job, build and write its graphs. Runs in a worker process."""
     loader = _resolve(LOADERS[job.format])
     with gc_paused():  # conversion builds millions of objects, none in a reference cycle
-        return [_convert_trace(trace, job, staging, prefix, target, write_json, keep_mem)
-                for trace in loader(job)]
+        traces = loader(job)
+        reached(LINKED)
+        results = []
+        for done, trace in enumerate(traces, 1):
+            results.append(_convert_trace(trace, job, staging, prefix, target, write_json, keep_mem))
+            reached(LINKED + (1 - LINKED) * done / len(traces))
+        return results
 
 
 def _convert_trace(trace: LinkedTrace, job: RankJob, staging: str, prefix: str, target: str, write_json: bool,
@@ -223,43 +231,85 @@ def _refuse_duplicate_ranks(results: list[RankResult], inputs: Sequence[str | os
                                "traces of different runs? convert each run on its own")
 
 
-class _NoBar:
-    def update(self) -> None:
-        pass
+class _Bar:
+    """The progress bar's count: jobs done, in fractions (a job says how far it has come)."""
+
+    def __init__(self, total: int, bar: object | None) -> None:
+        self.bar = bar  # tqdm's, or None when no bar shows
+        self.done = [0.0] * total
+
+    @property
+    def shown(self) -> bool:
+        return self.bar is not None
+
+    def job_at(self, index: int, fraction: float) -> None:
+        if self.bar is None or fraction <= self.done[index]:
+            return
+        self.done[index] = fraction
+        self.bar.n = round(sum(self.done), 2)
+        self.bar.refresh()
 
     def close(self) -> None:
-        pass
+        if self.bar is not None:
+            self.bar.close()
 
 
-def _progress_bar(total: int, progress: bool | None) -> object:
-    """tqdm's bar when it will show (``progress``, or by default when stderr is a terminal, as
-    tqdm decides); else a stand-in, so that tqdm (~60 ms to import) is not imported for nothing."""
-    if progress is False or (progress is None and not sys.stderr.isatty()):
-        return _NoBar()
+def _progress_bar(total: int, progress_shown: bool | None) -> _Bar:
+    """tqdm's bar when it will show (``progress_shown``, or by default when stderr is a
+    terminal, as tqdm decides); tqdm (~60 ms to import) is not imported for nothing."""
+    if progress_shown is False or (progress_shown is None and not sys.stderr.isatty()):
+        return _Bar(total, None)
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="rank", desc="convert", disable=False, leave=False)
+    return _Bar(total, tqdm(total=total, unit="rank", desc="convert", disable=False, leave=False))
+
+
+_worker_queue = None  # in a worker process: where its jobs' progress goes (None: nowhere)
+
+
+def _set_worker_queue(queue: object) -> None:
+    global _worker_queue
+    _worker_queue = queue
+
+
+def _convert_job_reporting(index: int, job: RankJob, *args: object) -> list[RankResult]:
+    """convert_job in a worker process, its progress put on the queue as (index, fraction)."""
+    queue = _worker_queue
+    sink = None if queue is None else (lambda fraction: queue.put((index, fraction)))
+    with reporting_to(sink):
+        return convert_job(job, *args)
 
 
 def _run_jobs(jobs: list[RankJob], staging: str, prefix: str, target: str, write_json: bool,
-              keep_mem: bool, workers: int | None, progress: bool | None) -> list[RankResult]:
+              keep_mem: bool, workers: int | None, progress_shown: bool | None) -> list[RankResult]:
     args = (staging, prefix, target, write_json, keep_mem)
     workers = min(workers or os.cpu_count() or 1, len(jobs))
-    bar = _progress_bar(len(jobs), progress)
+    bar = _progress_bar(len(jobs), progress_shown)
     results: list[RankResult] = []
     try:
         if workers <= 1:
-            for job in jobs:
-                results.extend(convert_job(job, *args))
-                bar.update()
+            for index, job in enumerate(jobs):
+                with reporting_to(partial(bar.job_at, index) if bar.shown else None):
+                    results.extend(convert_job(job, *args))
+                bar.job_at(index, 1.0)
         else:
             # spawn, not fork: convert may run inside a training process (the collectors'
             # convert=True), and forking a process with framework threads can deadlock.
-            with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-                futures = [pool.submit(convert_job, job, *args) for job in jobs]
-                for future in as_completed(futures):
-                    results.extend(future.result())
-                    bar.update()
+            context = multiprocessing.get_context("spawn")
+            queue = context.SimpleQueue() if bar.shown else None
+            with ProcessPoolExecutor(max_workers=workers, mp_context=context,
+                                     initializer=_set_worker_queue, initargs=(queue,)) as pool:
+                futures = {pool.submit(_convert_job_reporting, index, job, *args): index
+                           for index, job in enumerate(jobs)}
+                pending = set(futures)
+                while pending:
+                    done, pending = wait(pending, timeout=0.2 if queue else None,
+                                         return_when=FIRST_COMPLETED)
+                    while queue is not None and not queue.empty():
+                        bar.job_at(*queue.get())
+                    for future in done:
+                        results.extend(future.result())
+                        bar.job_at(futures[future], 1.0)
     finally:
         bar.close()
     return sorted(results, key=lambda r: r.rank)

@@ -48,6 +48,7 @@ from pathlib import Path
 
 import orjson
 
+from chakra_hooks import progress
 from chakra_hooks.errors import TraceFormatError
 from chakra_hooks.linker import pytorch_edges
 from chakra_hooks.linker.gc_pause import gc_paused
@@ -75,6 +76,9 @@ LOW_MATCH = 0.5  # below this match rate a pair is reported as two different run
 # Annotations that are ops themselves rather than containers: the MoE router annotation our
 # collector writes (linker/routing.py hangs the routing bins on it).
 OPAQUE_ANNOTATIONS = ("moe_routing:",)
+# A rank's share of its conversion done once each file is read (progress.reached): the ET
+# and the Kineto trace each take about a fifth, linking a quarter, the converter the rest.
+PROGRESS_ET_READ, PROGRESS_KINETO_READ = 0.2, 0.4
 
 
 def load(job: RankJob) -> list[LinkedTrace]:
@@ -101,7 +105,9 @@ def link(host_et_path: Path | None, kineto_path: Path | None, rank: int | None =
         # is read: the ET's raw file, its decoded nodes and Kineto's events never coexist.
         et = read_host_et(host_et_path) if host_et_path is not None else None
         selected = select_et(et) if et is not None else None
+        progress.reached(PROGRESS_ET_READ)
         kt = read_kineto(kineto_path) if kineto_path is not None else None
+        progress.reached(PROGRESS_KINETO_READ)
         return _Linker(et, kt, rank, selected).build()
 
 
