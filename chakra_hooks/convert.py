@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from chakra_hooks.progress import reached, reporting_to
 from chakra_hooks.errors import TraceFormatError
 from chakra_hooks.linker.gc_pause import gc_paused
 from chakra_hooks.linker.model import LinkedTrace
 from chakra_hooks.linker.sources import DISCOVERERS, LOADERS, RankJob
+from chakra_hooks.progress import reached, reporting_to
 
 if TYPE_CHECKING:
     from chakra_hooks.converter.inspect import Tally
@@ -237,6 +237,7 @@ class _Bar:
     def __init__(self, total: int, bar: object | None) -> None:
         self.bar = bar  # tqdm's, or None when no bar shows
         self.done = [0.0] * total
+        self.count = 0.0
 
     @property
     def shown(self) -> bool:
@@ -245,8 +246,9 @@ class _Bar:
     def job_at(self, index: int, fraction: float) -> None:
         if self.bar is None or fraction <= self.done[index]:
             return
+        self.count += fraction - self.done[index]
         self.done[index] = fraction
-        self.bar.n = round(sum(self.done), 2)
+        self.bar.n = round(self.count, 2)
         self.bar.refresh()
 
     def close(self) -> None:
