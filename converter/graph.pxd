@@ -1,11 +1,12 @@
 # Declarations for the compiled build only (setup.py; the .py runs unchanged without them):
-# writing a node calls the encoder's methods directly, not through Python's method lookup,
-# and resolving edges uses its dicts, sets and lists through direct C calls.
+# writing a node calls the encoder's and the tally's methods directly, not through Python's
+# method lookup, and resolving edges uses its dicts, sets and lists through direct C calls.
 cimport cython
+from chakra_hooks.converter.inspect cimport Tally
 from chakra_hooks.converter.wire cimport NodeEncoder
 
 cpdef object round_us(object ps)
-cpdef bytes _make_node(object op, object deps, str exact_unit, NodeEncoder enc, object tally)
+cpdef bytes _make_node(object op, object deps, str exact_unit, NodeEncoder enc, Tally tally)
 
 
 @cython.locals(known=set, incoming=dict, stats=dict, slot=dict, deps=dict, sources=dict,

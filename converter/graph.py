@@ -270,41 +270,47 @@ def _make_node(op: Op, deps: tuple[list, list] | None, exact_unit: str, enc: Nod
     kind = op.kind
     node_type = _NODE_TYPE[kind]
     duration_us = 0 if dur_ps is None else round_us(dur_ps)
-    parts = [enc.head(op.uid, enc.name(op.name, node_type), ctrl, data,
-                      None if start_ps is None else round_us(start_ps), duration_us)]
-    if op.inputs is not None:
-        parts.append(enc.io(True, op.inputs.values, op.inputs.shapes, op.inputs.types))
-    if op.outputs is not None:
-        parts.append(enc.io(False, op.outputs.values, op.outputs.shapes, op.outputs.types))
-    attr = enc.attr
+    buf = bytearray()
+    enc.head(buf, op.uid, enc.name(op.name, node_type), ctrl, data,
+             None if start_ps is None else round_us(start_ps), duration_us)
+    io = op.inputs
+    if io is not None:
+        enc.io(buf, True, io.values, io.shapes, io.types)
+    io = op.outputs
+    if io is not None:
+        enc.io(buf, False, io.values, io.shapes, io.types)
     # COMM nodes are never host ops for consumers (ASTRA-sim rejects them); gloo's host-side
     # collectives keep that fact in ``host_side``.
     is_comm = kind in _COMM_KINDS
-    cpu = not op.on_device and not is_comm
-    parts.append(attr("is_cpu_op", cpu))
-    if is_comm and not op.on_device:
-        parts.append(attr("host_side", True))
+    on_host = not op.on_device
+    cpu = on_host and not is_comm
+    enc.attr(buf, "is_cpu_op", cpu)
+    if is_comm and on_host:
+        enc.attr(buf, "host_side", True)
     divisor = 1000 if exact_unit == "ns" else 1
-    parts.append(enc.timing(exact_unit, None if start_ps is None else start_ps // divisor,
-                            None if dur_ps is None else dur_ps // divisor))
+    enc.timing(buf, exact_unit, None if start_ps is None else start_ps // divisor,
+               None if dur_ps is None else dur_ps // divisor)
     if dur_ps is None:
         # Say so rather than pass off 0 as a measurement (an ET op that Kineto did not record).
-        parts.append(attr("duration_unknown", True))
+        enc.attr(buf, "duration_unknown", True)
     if op.bytes is not None:
-        parts.append(enc.int_attr("tensor_size", op.bytes, "uint64_val"))
+        enc.int_attr(buf, "tensor_size", op.bytes, "uint64_val")
     if op.flops is not None:
-        parts.append(enc.int_attr("num_ops", op.flops))
+        enc.int_attr(buf, "num_ops", op.flops)
     comm_type = comm_size = None
-    if op.comm is not None and is_comm:
-        parts.extend([attr(name, value) for name, value in _comm_attrs(op)])
-        comm_type = op.comm.comm_type if kind == _COLLECTIVE else None
-        comm_size = op.comm.size_bytes
+    comm = op.comm
+    if comm is not None and is_comm:
+        for name, value in _comm_attrs(op):
+            enc.attr(buf, name, value)
+        comm_type = comm.comm_type if kind == _COLLECTIVE else None
+        comm_size = comm.size_bytes
     tally.add(node_type, duration_us, len(data), len(ctrl), cpu, comm_type, comm_size)
-    parts.append(attr("lane", op.lane))
-    if op.attrs:
-        for name, value in op.attrs.items():
-            parts.append(attr(name, value))
-    return b"".join(parts)
+    enc.attr(buf, "lane", op.lane)
+    attrs = op.attrs
+    if attrs:
+        for name, value in attrs.items():
+            enc.attr(buf, name, value)
+    return bytes(buf)
 
 
 def _comm_attrs(op: Op) -> Iterable[tuple[str, object]]:

@@ -1,20 +1,38 @@
 # Declarations for the compiled build only (setup.py; the .py runs unchanged without them):
-# the encoder's helpers become direct C calls, which is most of what writing a node costs.
+# the encoder's helpers become direct C calls, which is most of what writing a node costs, and
+# varints are written into the node's bytearray by a loop over a C integer.
+cimport cython
+
 cpdef bytes encode_varint(object value)
+
+
+@cython.locals(bits=cython.ulonglong)
+cpdef _put_varint(bytearray buf, object value)
+
+
+@cython.locals(size=cython.int)
+cpdef int _varint_size(unsigned long long value)
+
+
+@cython.locals(size=Py_ssize_t)
+cpdef _put_packed(bytearray buf, bytes key, object values)
+cpdef _put_bytes(bytearray buf, bytes key, bytes data)
+cpdef _put_int_field(bytearray buf, bytes head, object bits)
 cpdef bytes _signed_varint(object value, object low, object high, str oneof)
 cpdef bytes _length_delimited(bytes key, bytes body)
 cpdef bytes _attr_name(str name)
 cpdef bytes encode_attr(str name, object value, str oneof=*)
 cpdef bytes _int_value(object value, str oneof)
-cpdef bytes _int_field(bytes head, object value, str oneof)
+cpdef object _int_bits(object value, str oneof)
 
 
 cdef class NodeEncoder:
     cdef dict _names, _attrs, _int_heads, _oneofs
     cpdef bytes name(self, str name, object node_type=*)
-    cpdef bytes timing(self, str unit, object start, object duration)
-    cpdef bytes attr(self, str name, object value)
-    cpdef bytes int_attr(self, str name, object value, str oneof=*)
-    cpdef bytes io(self, bint inputs, str values, str shapes, str types)
-    cpdef bytes head(self, object node_id, bytes name_field, object ctrl_deps, object data_deps,
-                     object start_micros, object duration_micros)
+    cpdef head(self, bytearray buf, object node_id, bytes name_field, object ctrl_deps,
+               object data_deps, object start_micros, object duration_micros)
+    @cython.locals(value_bytes=bytes, shape_bytes=bytes, type_bytes=bytes, size=Py_ssize_t)
+    cpdef io(self, bytearray buf, bint inputs, str values, str shapes, str types)
+    cpdef attr(self, bytearray buf, str name, object value)
+    cpdef int_attr(self, bytearray buf, str name, object value, str oneof=*)
+    cpdef timing(self, bytearray buf, str unit, object start, object duration)

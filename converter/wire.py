@@ -38,40 +38,61 @@ _I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
 # Varints below this value are looked up instead of encoded in Python.
 _VARINT_CACHE_SIZE = 1 << 14
 
-
-def _encode_varint_loop(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 # Built without a call per entry: they are made at import, i.e. on every start of the CLI.
 _VARINTS = [bytes((n,)) for n in range(0x80)] + [
     bytes(((n & 0x7F) | 0x80, n >> 7)) for n in range(0x80, _VARINT_CACHE_SIZE)]
-# 14 low bits as the first two bytes of a longer varint (both with the continuation bit).
-_LOW14 = [bytes(((n & 0x7F) | 0x80, (n >> 7) | 0x80)) for n in range(1 << 14)]
-# Varint tails of values >> 28: timestamps, the common large values, share a few of them.
-_HIGH_TAILS: dict[int, bytes] = {}
 
 
 def encode_varint(value: int) -> bytes:
     """The protobuf base-128 varint encoding of an integer in [0, 2**64)."""
+    if 0 <= value < _VARINT_CACHE_SIZE:
+        return _VARINTS[value]
+    buf = bytearray()
+    _put_varint(buf, value)
+    return bytes(buf)
+
+
+def _put_varint(buf: bytearray, value: int) -> None:
+    """Append the varint of an integer in [0, 2**64) to ``buf``."""
+    if 0 <= value <= 0x7F:  # one byte (most lengths and dependency ids of small graphs)
+        buf.append(value)
+        return
     if value < 0 or value >= _U64:  # protobuf's unsigned fields refuse these too
         raise ValueError(f"value {value} out of range for a varint")
-    if value < _VARINT_CACHE_SIZE:
-        return _VARINTS[value]
-    if value < 1 << 28:
-        return _LOW14[value & 0x3FFF] + _VARINTS[value >> 14]
-    high = value >> 28
-    tail = _HIGH_TAILS.get(high)
-    if tail is None:
-        if len(_HIGH_TAILS) > 1 << 16:
-            _HIGH_TAILS.clear()
-        tail = _HIGH_TAILS[high] = _encode_varint_loop(high)
-    return _LOW14[value & 0x3FFF] + _LOW14[(value >> 14) & 0x3FFF] + tail
+    bits = value  # a C unsigned 64-bit integer in the compiled build (wire.pxd)
+    while bits > 0x7F:
+        buf.append((bits & 0x7F) | 0x80)
+        bits >>= 7
+    buf.append(bits)
+
+
+def _varint_size(value: int) -> int:
+    """Bytes in the varint of an integer in [0, 2**64) (callers check the range)."""
+    size = 1
+    while value > 0x7F:
+        value >>= 7
+        size += 1
+    return size
+
+
+def _put_packed(buf: bytearray, key: bytes, values: list[int]) -> None:
+    """A packed repeated varint field (key, byte length, the varints)."""
+    size = 0
+    for value in values:
+        if value < 0 or value >= _U64:
+            raise ValueError(f"value {value} out of range for a varint")
+        size += _varint_size(value)
+    buf += key
+    _put_varint(buf, size)
+    for value in values:
+        _put_varint(buf, value)
+
+
+def _put_bytes(buf: bytearray, key: bytes, data: bytes) -> None:
+    """A length-delimited field: key, byte length, the bytes."""
+    buf += key
+    _put_varint(buf, len(data))
+    buf += data
 
 
 def _signed_varint(value: int, low: int, high: int, oneof: str) -> bytes:
@@ -111,23 +132,26 @@ def encode_attr(name: str, value: object, oneof: str | None = None) -> bytes:
 
 
 def _int_value(value: int, oneof: str) -> bytes:
-    """An int64_val / uint64_val value's varint; out of its range is refused, as protobuf does."""
+    """An int64_val / uint64_val value's varint."""
+    return encode_varint(_int_bits(value, oneof))
+
+
+def _int_bits(value: int, oneof: str) -> int:
+    """What an int64_val / uint64_val value is written as (an int64's negative values as their
+    64-bit two's complement); out of its range is refused, as protobuf does."""
     if 0 <= value <= _I64_MAX:
-        return encode_varint(value)
-    if oneof == "int64_val":
-        return _signed_varint(value, _I64_MIN, _I64_MAX, oneof)
+        return value
+    if oneof == "int64_val" and _I64_MIN <= value < 0:
+        return value + _U64
     if oneof == "uint64_val" and 0 <= value < _U64:
-        return encode_varint(value)
+        return value
     raise ValueError(f"value {value} out of range for {oneof}")
 
 
-def _int_field(head: bytes, value: int, oneof: str) -> bytes:
-    """A Node ``attr`` field: ``head`` (the attribute's name and value key) + ``value``."""
-    return _length_delimited(_ATTR, head + _int_value(value, oneof))
-
-
 class NodeEncoder:
-    """Writes Node message bodies; caches what repeats within one graph.
+    """Writes Node message bodies into a ``bytearray`` given to each method (one per node), so
+    that a node's fields are appended in place rather than joined from small pieces; caches
+    what repeats within one graph.
 
     One encoder per graph: its caches (names, constant attributes) grow with the distinct
     values of that graph and go with it.
@@ -135,12 +159,12 @@ class NodeEncoder:
 
     def __init__(self) -> None:
         self._names: dict[tuple[str, int], bytes] = {}
-        self._attrs: dict[tuple, bytes] = {}  # (name, value, oneof) -> the whole attr field
-        self._int_heads: dict[tuple[str, str], bytes] = {}  # (name, oneof) -> field up to the value
+        self._attrs: dict[tuple, bytes] = {}  # (name, str or bool value) -> the whole attr field
+        self._int_heads: dict[tuple[str, str], bytes] = {}  # (name, oneof) -> name + value key
         self._oneofs: dict[tuple[str, type], str] = {}
 
     def name(self, name: str, node_type: int = 0) -> bytes:
-        """The Node ``name`` and ``type`` fields (2 and 3)."""
+        """The Node ``name`` and ``type`` fields (2 and 3), for :meth:`head`."""
         field = self._names.get((name, node_type))
         if field is None:
             field = (_length_delimited(_NAME, name.encode()) if name else b"") + (
@@ -148,62 +172,91 @@ class NodeEncoder:
             self._names[(name, node_type)] = field
         return field
 
-    def timing(self, unit: str, start: int | None, duration: int | None) -> bytes:
-        """The ``start_<unit>`` and ``duration_<unit>`` attributes (either may be None)."""
-        start_name, duration_name = _TIMING_NAMES[unit]
-        out = b"" if start is None else self.int_attr(start_name, start)
-        return out if duration is None else out + self.int_attr(duration_name, duration)
+    def head(self, buf: bytearray, node_id: int, name_field: bytes, ctrl_deps: list[int] | None,
+             data_deps: list[int] | None, start_micros: int | None, duration_micros: int | None
+             ) -> None:
+        """Node fields 1-7, in field order (``name_field``: :meth:`name`); zero values are left
+        out (proto3)."""
+        if node_id:
+            buf += _ID
+            _put_varint(buf, node_id)
+        buf += name_field
+        if ctrl_deps:
+            _put_packed(buf, _CTRL_DEPS, ctrl_deps)
+        if data_deps:
+            _put_packed(buf, _DATA_DEPS, data_deps)
+        if start_micros:
+            buf += _START
+            _put_varint(buf, start_micros)
+        if duration_micros:
+            buf += _DURATION
+            _put_varint(buf, duration_micros)
 
-    def attr(self, name: str, value: object) -> bytes:
-        """One Node ``attr`` field (key, length, AttributeProto); b"" for a None value."""
+    def io(self, buf: bytearray, inputs: bool, values: str, shapes: str, types: str) -> None:
+        """The Node ``inputs`` (or ``outputs``) field; written even when empty, as a set
+        message field is."""
+        value_bytes, shape_bytes, type_bytes = values.encode(), shapes.encode(), types.encode()
+        size = 0
+        for data in (value_bytes, shape_bytes, type_bytes):
+            if data:  # each member's key is one byte
+                size += 1 + _varint_size(len(data)) + len(data)
+        buf += _INPUTS if inputs else _OUTPUTS
+        _put_varint(buf, size)
+        if value_bytes:
+            _put_bytes(buf, _IO_VALUES, value_bytes)
+        if shape_bytes:
+            _put_bytes(buf, _IO_SHAPES, shape_bytes)
+        if type_bytes:
+            _put_bytes(buf, _IO_TYPES, type_bytes)
+
+    def attr(self, buf: bytearray, name: str, value: object) -> None:
+        """One Node ``attr`` field (key, length, AttributeProto); nothing for a None value."""
         if value is None:
-            return b""
+            return
         kind = type(value)
+        if kind is str or kind is bool:
+            # The whole field, by (name, value): no str equals a bool, so the key says which.
+            field = self._attrs.get((name, value))
+            if field is None:
+                oneof = oneof_for(name, value)
+                field = self._attrs[(name, value)] = _length_delimited(
+                    _ATTR, encode_attr(name, value, oneof))
+            buf += field
+            return
         oneof = self._oneofs.get((name, kind))
         if oneof is None:
             oneof = self._oneofs[(name, kind)] = oneof_for(name, value)
         if kind is int and oneof in ("int64_val", "uint64_val"):
-            return self.int_attr(name, value, oneof)  # type: ignore[arg-type]
-        if kind is str or kind is bool:
-            cache_key = (name, value, oneof)
-            field = self._attrs.get(cache_key)
-            if field is None:
-                field = self._attrs[cache_key] = _length_delimited(_ATTR, encode_attr(name, value, oneof))
-            return field
-        return _length_delimited(_ATTR, encode_attr(name, value, oneof))
+            self.int_attr(buf, name, value, oneof)  # type: ignore[arg-type]
+        else:
+            _put_bytes(buf, _ATTR, encode_attr(name, value, oneof))
 
-    def int_attr(self, name: str, value: int, oneof: str = "int64_val") -> bytes:
+    def int_attr(self, buf: bytearray, name: str, value: int, oneof: str = "int64_val") -> None:
         """An int64 / uint64 attribute (the common timing and id attributes), without the
         general dispatch."""
         head = self._int_heads.get((name, oneof))
         if head is None:
             head = self._int_heads[(name, oneof)] = _attr_name(name) + _SCALAR_KEYS[oneof]
-        return _int_field(head, value, oneof)
+        _put_int_field(buf, head, _int_bits(value, oneof))
 
-    def io(self, inputs: bool, values: str, shapes: str, types: str) -> bytes:
-        """The Node ``inputs`` (or ``outputs``) field; written even when empty, as a set
-        message field is."""
-        body = b""
-        if values:
-            body += _length_delimited(_IO_VALUES, values.encode())
-        if shapes:
-            body += _length_delimited(_IO_SHAPES, shapes.encode())
-        if types:
-            body += _length_delimited(_IO_TYPES, types.encode())
-        return _length_delimited(_INPUTS if inputs else _OUTPUTS, body)
+    def timing(self, buf: bytearray, unit: str, start: int | None, duration: int | None) -> None:
+        """The ``start_<unit>`` and ``duration_<unit>`` attributes (either may be None)."""
+        start_head, duration_head = _TIMING_HEADS[unit]
+        if start is not None:
+            _put_int_field(buf, start_head, _int_bits(start, "int64_val"))
+        if duration is not None:
+            _put_int_field(buf, duration_head, _int_bits(duration, "int64_val"))
 
-    def head(self, node_id: int, name_field: bytes, ctrl_deps: list[int] | None,
-             data_deps: list[int] | None, start_micros: int | None, duration_micros: int | None
-             ) -> bytes:
-        """Node fields 1-7, in field order (``name_field``: :meth:`name`); zero values are left
-        out (proto3)."""
-        out = _ID + encode_varint(node_id) + name_field if node_id else name_field
-        if ctrl_deps:
-            out += _length_delimited(_CTRL_DEPS, b"".join(map(encode_varint, ctrl_deps)))
-        if data_deps:
-            out += _length_delimited(_DATA_DEPS, b"".join(map(encode_varint, data_deps)))
-        if start_micros:
-            out += _START + encode_varint(start_micros)
-        if duration_micros:
-            out += _DURATION + encode_varint(duration_micros)
-        return out
+
+def _put_int_field(buf: bytearray, head: bytes, bits: int) -> None:
+    """A Node ``attr`` field of an integer attribute: ``head`` (its name and value key) and
+    the value as written (see _int_bits)."""
+    buf += _ATTR
+    _put_varint(buf, len(head) + _varint_size(bits))
+    buf += head
+    _put_varint(buf, bits)
+
+
+# The timing attributes' heads (name and int64_val key), per exact time unit.
+_TIMING_HEADS = {unit: tuple(_attr_name(name) + _SCALAR_KEYS["int64_val"] for name in names)
+                 for unit, names in _TIMING_NAMES.items()}

@@ -8,6 +8,13 @@ from chakra_hooks.converter import wire
 from chakra_hooks.converter.attrs import make_attr, oneof_for
 from chakra_hooks.converter.schema import IOInfo, Node
 
+def written(method, *args) -> bytes:
+    """What an encoder method appends to an empty node buffer."""
+    buf = bytearray()
+    method(buf, *args)
+    return bytes(buf)
+
+
 ATTRS = [
     ("is_cpu_op", True), ("is_cpu_op", False), ("host_side", True),
     ("lane", "stream:0:7"), ("lane", ""), ("name with é", "välue ✓"),
@@ -25,17 +32,18 @@ ATTRS = [
 @pytest.mark.parametrize(("name", "value"), ATTRS)
 def test_attribute_bytes_equal_protobufs(name: str, value: object) -> None:
     expected = Node(attr=[make_attr(name, value)]).SerializeToString()
-    assert wire.NodeEncoder().attr(name, value) == expected
+    assert written(wire.NodeEncoder().attr, name, value) == expected
     oneof = oneof_for(name, value)
     if type(value) is int and oneof in ("int64_val", "uint64_val"):  # the timing / id fast path
-        assert wire.NodeEncoder().int_attr(name, value, oneof) == expected
+        assert written(wire.NodeEncoder().int_attr, name, value, oneof) == expected
 
 
 def test_cached_attributes_stay_right() -> None:
     enc = wire.NodeEncoder()
     for _ in range(3):  # the second and third calls come from the caches
         for name, value in ATTRS:
-            assert enc.attr(name, value) == Node(attr=[make_attr(name, value)]).SerializeToString()
+            expected = Node(attr=[make_attr(name, value)]).SerializeToString()
+            assert written(enc.attr, name, value) == expected
 
 
 @pytest.mark.parametrize(("name", "value"), [
@@ -46,7 +54,7 @@ def test_out_of_range_values_are_refused_like_protobuf(name: str, value: int) ->
     with pytest.raises(ValueError):
         make_attr(name, value)
     with pytest.raises(ValueError):
-        wire.NodeEncoder().attr(name, value)
+        written(wire.NodeEncoder().attr, name, value)
 
 
 @pytest.mark.parametrize("deps", [None, [], [1], [5, 127, 128, 1 << 20, (1 << 64) - 1]])
@@ -63,9 +71,10 @@ def test_node_head_and_io_equal_protobufs(deps: list[int] | None, node_id: int, 
                         duration_micros=duration or 0,
                         inputs=IOInfo(values="[[1,2]]", shapes="", types='["Tensor(float)"]'),
                         outputs=IOInfo())
-            ours = (enc.head(node_id, enc.name(name, node_type), deps,
-                             None if deps is None else list(reversed(deps)), start, duration)
-                    + enc.io(True, "[[1,2]]", "", '["Tensor(float)"]') + enc.io(False, "", "", ""))
+            ours = (written(enc.head, node_id, enc.name(name, node_type), deps,
+                            None if deps is None else list(reversed(deps)), start, duration)
+                    + written(enc.io, True, "[[1,2]]", "", '["Tensor(float)"]')
+                    + written(enc.io, False, "", "", ""))
             assert ours == node.SerializeToString()
 
 
@@ -75,7 +84,7 @@ def test_node_head_and_io_equal_protobufs(deps: list[int] | None, node_id: int, 
 def test_timing_attributes_equal_protobufs(unit: str, start: int | None, duration: int | None) -> None:
     attrs = [make_attr(f"{what}_{unit}", value) for what, value in
              (("start", start), ("duration", duration)) if value is not None]
-    assert wire.NodeEncoder().timing(unit, start, duration) == Node(attr=attrs).SerializeToString()
+    assert written(wire.NodeEncoder().timing, unit, start, duration) == Node(attr=attrs).SerializeToString()
 
 
 @pytest.mark.parametrize("value", [-1, -(1 << 40), 1 << 64])
@@ -83,4 +92,14 @@ def test_varints_out_of_range_are_refused(value: int) -> None:
     with pytest.raises(ValueError):
         Node(start_time_micros=value)  # protobuf refuses them for an unsigned field
     with pytest.raises(ValueError):
-        wire.NodeEncoder().head(1, b"", None, None, value, None)
+        written(wire.NodeEncoder().head, 1, b"", None, None, value, None)
+    with pytest.raises(ValueError):  # a dependency too
+        written(wire.NodeEncoder().head, 1, b"", [3, value], None, None, None)
+
+
+@pytest.mark.parametrize("values", ["", "[1]", "x" * 127, "y" * 128, "é" * 9000])
+def test_io_lengths_equal_protobufs(values: str) -> None:
+    # The message's length is counted before its members are written: long members too.
+    for shapes, types in (("", ""), ("[[2048]]", "z" * 300)):
+        expected = Node(inputs=IOInfo(values=values, shapes=shapes, types=types)).SerializeToString()
+        assert written(wire.NodeEncoder().io, True, values, shapes, types) == expected
