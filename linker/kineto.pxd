@@ -1,8 +1,9 @@
 # Declarations for the compiled build only (setup.py; the .py runs unchanged without them):
 # the per-event loop's containers as the builtin types they are, so that their methods are
-# direct C calls rather than Python method calls, and its time conversion a C call too.
+# direct C calls rather than Python method calls, and its time conversion a C call on C numbers.
 cimport cython
 
+@cython.locals(scaled=cython.double, whole=cython.longlong, rest=cython.double)
 cpdef object _ns(object value)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from chakra_hooks.errors import TraceFormatError
-from chakra_hooks.linker.kineto import read_kineto
+from chakra_hooks.linker.kineto import _ns, read_kineto
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +54,23 @@ def test_three_decimals_round_not_truncate(tmp_path: Path) -> None:
     ev = read_kineto(path).device[0]
     # 0.29 * 1000 is 289.99999999999997 in floats: truncation would give 289.
     assert (ev.start, ev.dur) == (1290, 1001)
+
+
+def test_time_conversion_is_round_of_microseconds_times_1000() -> None:
+    # _ns spells out round-half-to-even (the compiled build runs it on C numbers): it must
+    # give what round() gives for every float, ties, negatives and huge values included.
+    import random
+
+    rng = random.Random(7)
+    floats = [0.0, -0.0, 0.0005, 0.0015, 0.0025, -0.0005, -0.0015, 2.5e-3, 0.29, 1.001,
+              1711964646123.456, -1711964646123.456, 4.6e15, 4.7e15, 9.3e15, 1e300, -1e300,
+              2.0 ** 52, 2.0 ** 53 + 2, (2.0 ** 62) / 1000, -(2.0 ** 62) / 1000]
+    floats += [rng.uniform(-1e7, 1e7) for _ in range(20000)]
+    floats += [round(rng.uniform(-1e6, 1e6), 3) for _ in range(20000)]
+    floats += [rng.randrange(-10**9, 10**9) / 2000 for _ in range(20000)]  # exact half-ns ties
+    for value in floats:
+        assert _ns(value) == round(value * 1000), value
+    assert _ns(True) == 1000 and _ns(123) == 123_000 and type(_ns(1.5)) is int
 
 
 def test_rocm_trace_reads(corpus: Path) -> None:
