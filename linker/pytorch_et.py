@@ -29,6 +29,7 @@ from chakra_hooks.linker.jsonio import decode, read_bytes
 
 KNOWN_SCHEMAS = ("1.0.1", "1.0.2", "1.0.3", "1.0.4", "1.1.0", "1.1.1")
 USER_SCOPE = 7  # RecordScope::USER_SCOPE: record_function annotations and the ET roots
+_THREAD_ROOT = "[pytorch|profiler|execution_"  # the name of a per-thread root node
 _STANDARD_ATTRS = frozenset(("rf_id", "fw_parent", "seq_id", "scope", "tid", "fw_tid",
                              "op_schema", "kernel_backend", "kernel_file", "tensor_range"))
 _STANDARD_LENGTHS = (7, 10)
@@ -196,7 +197,7 @@ class EtNode(msgspec.Struct, gc=False):
     @property
     def is_root(self) -> bool:
         """The process root (its own parent) or a per-thread root."""
-        return self.parent == self.id or self.name.startswith("[pytorch|profiler|execution_")
+        return self.parent == self.id or self.name.startswith(_THREAD_ROOT)
 
 
 def _io(raw: msgspec.Raw, shapes: msgspec.Raw, types: msgspec.Raw) -> EtIO:
@@ -424,7 +425,8 @@ def read_host_et(path: Path) -> HostEt:
     schema = str(doc.schema)
     pid = doc.pid
     et = HostEt(path, schema, pid if type(pid) is int else None, str(doc.time), nodes, by_id,
-                len(raw), roots={n.id for n in nodes if n.is_root})
+                len(raw), roots={n.id for n in nodes  # is_root, inlined: it runs per node
+                                 if n.parent == n.id or n.name.startswith(_THREAD_ROOT)})
     if not schema.startswith(KNOWN_SCHEMAS):
         et.warnings.append(f"{path}: schema {schema!r} is not one of {', '.join(KNOWN_SCHEMAS)}; "
                            "read as the closest known layout")

@@ -196,11 +196,23 @@ class _Linker:
         matched = self.match.by_et.values()
         if not matched:
             return
-        lo = min(ev.start for ev in matched)
-        hi = max(ev.start + ev.dur for ev in matched)
-        ops = [ev for ev in self.kt.host if ev.cat == "cpu_op"]
-        outside = sum(1 for ev in ops if ev.start < lo or ev.start > hi)
-        if ops and outside / len(ops) > WINDOW_MIN_OUTSIDE:
+        # Plain loops: these run over every matched and every host event (generators cost
+        # more than the comparisons).
+        lo = hi = None
+        for ev in matched:
+            start = ev.start
+            end = start + ev.dur
+            if lo is None or start < lo:
+                lo = start
+            if hi is None or end > hi:
+                hi = end
+        ops = outside = 0
+        for ev in self.kt.host:
+            if ev.cat == "cpu_op":
+                ops += 1
+                if ev.start < lo or ev.start > hi:
+                    outside += 1
+        if ops and outside / ops > WINDOW_MIN_OUTSIDE:
             self.window = (lo, hi)
 
     def _prelink_device(self) -> list[tuple[KEvent, KEvent | None, KEvent | None]]:

@@ -57,11 +57,15 @@ def index_threads(host: list[KEvent]) -> dict[tuple, KThread]:
         # timsort makes linear; sorting by duration first would scramble them.)
         events.sort(key=lambda e: (e.start, -e.dur))
         stack: list[KEvent] = []
+        ends: list[int] = []  # where each range on the stack ends (read once, not per test)
         for ev in events:
-            while stack and stack[-1].start + stack[-1].dur <= ev.start:
+            start = ev.start
+            while ends and ends[-1] <= start:
                 stack.pop()
+                ends.pop()
             ev.parent = stack[-1] if stack else None
             stack.append(ev)
+            ends.append(start + ev.dur)
         threads[key] = KThread(key, events, [e.start for e in events])
     return threads
 
