@@ -22,6 +22,7 @@ from pathlib import Path
 # (module, source in the repository): the per-event and per-node loops of reading, linking
 # and converting. setup.py compiles exactly these.
 COMPILED = (
+    ("chakra_hooks.linker.model", "linker/model.py"),
     ("chakra_hooks.linker.jsonio", "linker/jsonio.py"),
     ("chakra_hooks.linker.kineto", "linker/kineto.py"),
     ("chakra_hooks.linker.pytorch_et", "linker/pytorch_et.py"),

@@ -1,16 +1,19 @@
 # Declarations for the compiled build only (setup.py; the .py runs unchanged without them):
 # writing a node calls the encoder's and the tally's methods directly, not through Python's
-# method lookup, and resolving edges uses its dicts, sets and lists through direct C calls.
+# method lookup, and reads the op's fields directly; resolving edges uses its dicts, sets and
+# lists through direct C calls.
 cimport cython
 from chakra_hooks.converter.inspect cimport Tally
 from chakra_hooks.converter.wire cimport NodeEncoder
+from chakra_hooks.linker.model cimport Edge, Op, TensorIO
 
 cpdef object round_us(object ps)
-cpdef bytes _make_node(object op, object deps, str exact_unit, NodeEncoder enc, Tally tally)
+@cython.locals(io=TensorIO)
+cpdef bytes _make_node(Op op, object deps, str exact_unit, NodeEncoder enc, Tally tally)
 
 
 @cython.locals(known=set, incoming=dict, stats=dict, slot=dict, deps=dict, sources=dict,
-               data=list, ctrl=list, edges_out=Py_ssize_t)
+               data=list, ctrl=list, edges_out=Py_ssize_t, edge=Edge)
 cpdef tuple _resolve_edges(object trace, dict kept)
 
 

@@ -63,7 +63,7 @@ class CommType(enum.IntEnum):
     BARRIER = 9
 
 
-@dataclass(slots=True)
+@dataclass  # slotted by linker/model.pxd when compiled (a C class)
 class CommInfo:
     """What a communication op moves and with whom."""
 
@@ -75,7 +75,7 @@ class CommInfo:
     tag: int | None = None
 
 
-@dataclass(slots=True)
+@dataclass  # slotted by linker/model.pxd when compiled (a C class)
 class TensorIO:
     """Inputs or outputs as the Chakra ``IOInfo`` strings (JSON text, as the ET has them)."""
 
@@ -84,7 +84,7 @@ class TensorIO:
     types: str = ""
 
 
-@dataclass(slots=True)
+@dataclass  # slotted by linker/model.pxd when compiled (a C class)
 class Op:
     """One host op, device op, copy or communication, with its measured time."""
 
@@ -100,10 +100,16 @@ class Op:
     flops: int | None = None  # operation count (Chakra num_ops)
     inputs: TensorIO | None = None
     outputs: TensorIO | None = None
-    attrs: dict[str, AttrValue] = field(default_factory=dict)
+    attrs: dict[str, AttrValue] = None  # type: ignore[assignment]  # {} if not given
+
+    def __post_init__(self) -> None:
+        # Not field(default_factory=dict): the compiled build's dataclass imports the
+        # dataclasses module in every __init__ that runs a default factory.
+        if self.attrs is None:
+            self.attrs = {}
 
 
-@dataclass(slots=True)
+@dataclass  # slotted by linker/model.pxd when compiled (a C class)
 class Edge:
     """``dst`` cannot start before ``src`` (has finished, for every kind but PARENT).
 

@@ -1,0 +1,19 @@
+# Declarations for the compiled build only (setup.py; the .py runs unchanged without them):
+# the ops and edges of a linked trace as C classes (Cython turns their dataclasses into C
+# dataclasses), so that making one runs a C __init__, not the generated Python one (about
+# 4,000 instructions an op), and code that declares them reads their fields directly.
+cdef class CommInfo:
+    cdef public object size_bytes, comm_type, group, src, dst, tag
+
+
+cdef class TensorIO:
+    cdef public object values, shapes, types
+
+
+cdef class Op:
+    cdef public object uid, name, kind, on_device, lane, start_ps, dur_ps, comm, bytes, flops
+    cdef public object inputs, outputs, attrs
+
+
+cdef class Edge:
+    cdef public object src, dst, kind
