@@ -64,6 +64,7 @@ class _IORaw(msgspec.Struct):
 
 
 _IO_DECODER = msgspec.json.Decoder(_IORaw)
+_IO_LISTS_DECODER = msgspec.json.Decoder(list[Union[_IORaw, None]])
 _ATTRS_DECODER = msgspec.json.Decoder(list[EtAttr])
 _ATTR_LISTS_DECODER = msgspec.json.Decoder(list[list[EtAttr]])
 
@@ -97,7 +98,7 @@ _STD_OTHERS = tuple(type(f"_Std_{n}", (_Std,), {}, tag=n) for n in sorted(
 _STD_LAST = tuple(t for t in _STD_OTHERS if t.__struct_config__.tag in _STANDARD_LAST)
 _STD_UNION = Union[tuple(_STD_VALUED) + _STD_OTHERS]  # type: ignore[misc]
 _STD_LISTS_DECODER = msgspec.json.Decoder(list[list[_STD_UNION]])  # type: ignore[valid-type]
-CHUNK = 1024  # nodes whose attrs are decoded in one call
+CHUNK = 1024  # nodes whose attrs (or inputs / outputs) are decoded in one call
 
 
 def _internal(name: str, default: object = None) -> object:
@@ -249,8 +250,7 @@ class HostEt:
         """Free the file's bytes: ``text`` nodes keep their inputs / outputs as JSON text,
         ``decoded`` nodes as values; every other node loses them. Until this is called,
         every node can still read its own."""
-        for node in text:
-            node.keep_io(True, False)
+        _keep_texts([node for node in text if node.cached_text is None])
         for node in decoded:
             node.keep_io(False, True)
         null = _NULL
@@ -264,6 +264,40 @@ class HostEt:
     def thread_roots(self) -> list[EtNode]:
         by_id = self.by_id
         return [by_id[i] for i in sorted(self.roots) if by_id[i].parent != i]
+
+
+def _keep_texts(nodes: list[EtNode]) -> None:
+    """``keep_io(True, False)`` on each node, the 1.0.2+ inputs / outputs objects of CHUNK
+    nodes decoded in one call (a call each cost more than the decoding); a chunk holding
+    anything else (the flat 1.0.1 layout) goes node by node."""
+    null = _NULL
+    for lo in range(0, len(nodes), CHUNK):
+        part = nodes[lo:lo + CHUNK]
+        raws = []
+        for node in part:
+            raws.append(node.raw_inputs)
+            raws.append(node.raw_outputs)
+        try:
+            ios = _IO_LISTS_DECODER.decode(b"[%b]" % b",".join(raws))
+        except msgspec.MsgspecError:
+            for node in part:
+                node.keep_io(True, False)
+            continue
+        texts = []
+        for io in ios:
+            if io is None:  # no inputs (or outputs) member: io_text decides
+                texts.append(None)
+            else:
+                values, shapes, types = io.values, io.shapes, io.types
+                texts.append((str(values, "utf-8") if values is not null else "[]",
+                              str(shapes, "utf-8") if shapes is not null else "[]",
+                              str(types, "utf-8") if types is not null else "[]"))
+        for index, node in enumerate(part):
+            inputs, outputs = texts[2 * index], texts[2 * index + 1]
+            if inputs is None or outputs is None:
+                node.keep_io(True, False)
+            else:
+                node.cached_text = (inputs, outputs)
 
 
 def _finish_node(node: EtNode, index: int, path: Path) -> None:

@@ -120,3 +120,15 @@ def test_standard_attrs_in_any_order_and_with_other_attrs(tmp_path: Path) -> Non
     assert (add.rf_id, add.seq_id, add.tid, add.scope, add.attrs) == (9, 12, 4, 7, {})
     assert (rpc.rf_id, rpc.seq_id, rpc.tid, rpc.scope) == (5, -1, 0, 0)
     assert rpc.attrs == {"pg_name": "0"}
+
+
+@pytest.mark.parametrize("rel", ["pytorch/a100_simple_add/host_et.json.gz",
+                                 "pytorch/a100_resnet_nccl/host_et.json.gz",
+                                 "pytorch/v100_dlrm_8rank/dlrm_eg_0.json.gz"])
+def test_texts_kept_in_chunks_are_each_nodes_own(corpus: Path, rel: str) -> None:
+    # release_raw decodes the kept nodes' inputs / outputs a chunk at a time: each node must
+    # end up with what it would read itself, in either layout.
+    et = read_host_et(corpus / rel)
+    own = {n.id: (n.io_text(), n.io_text(outputs=True)) for n in et.nodes}
+    et.release_raw(list(et.nodes), [])
+    assert {n.id: (n.io_text(), n.io_text(outputs=True)) for n in et.nodes} == own
