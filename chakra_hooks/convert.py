@@ -235,7 +235,6 @@ class _Bar:
     def __init__(self, total: int, bar: object | None) -> None:
         self.bar = bar  # tqdm's, or None when no bar shows
         self.done = [0.0] * total
-        self.count = 0.0
 
     @property
     def shown(self) -> bool:
@@ -244,9 +243,8 @@ class _Bar:
     def job_at(self, index: int, fraction: float) -> None:
         if self.bar is None or fraction <= self.done[index]:
             return
-        self.count += fraction - self.done[index]
         self.done[index] = fraction
-        self.bar.n = round(self.count, 2)
+        self.bar.n = round(sum(self.done), 2)
         self.bar.refresh()
 
     def close(self) -> None:

@@ -218,9 +218,8 @@ class NodeEncoder:
             # The whole field, by (name, value): no str equals a bool, so the key says which.
             field = self._attrs.get((name, value))
             if field is None:
-                oneof = oneof_for(name, value)
                 field = self._attrs[(name, value)] = _length_delimited(
-                    _ATTR, encode_attr(name, value, oneof))
+                    _ATTR, encode_attr(name, value))
             buf += field
             return
         oneof = self._oneofs.get((name, kind))
@@ -236,7 +235,7 @@ class NodeEncoder:
         general dispatch."""
         head = self._int_heads.get((name, oneof))
         if head is None:
-            head = self._int_heads[(name, oneof)] = _attr_name(name) + _SCALAR_KEYS[oneof]
+            head = self._int_heads[(name, oneof)] = _int_head(name, oneof)
         _put_int_field(buf, head, _int_bits(value, oneof))
 
     def timing(self, buf: bytearray, unit: str, start: int | None, duration: int | None) -> None:
@@ -257,6 +256,11 @@ def _put_int_field(buf: bytearray, head: bytes, bits: int) -> None:
     _put_varint(buf, bits)
 
 
-# The timing attributes' heads (name and int64_val key), per exact time unit.
-_TIMING_HEADS = {unit: tuple(_attr_name(name) + _SCALAR_KEYS["int64_val"] for name in names)
+def _int_head(name: str, oneof: str) -> bytes:
+    """An integer attribute's AttributeProto up to its value: the name and the value's key."""
+    return _attr_name(name) + _SCALAR_KEYS[oneof]
+
+
+# The timing attributes' heads, per exact time unit.
+_TIMING_HEADS = {unit: tuple(_int_head(name, "int64_val") for name in names)
                  for unit, names in _TIMING_NAMES.items()}

@@ -164,11 +164,7 @@ class EtNode(msgspec.Struct, gc=False):
             parts = (raw, self.output_shapes, self.output_types)
         else:
             parts = (raw, self.input_shapes, self.input_types)
-        null = _NULL
-        a, b, c = parts
-        return (str(a, "utf-8") if a is not null else "[]",
-                str(b, "utf-8") if b is not null else "[]",
-                str(c, "utf-8") if c is not null else "[]")
+        return _text(*parts)
 
     def tensor_ids(self, outputs: bool = False) -> list[int]:
         """Ids of the tensors among the inputs (or outputs), read from the raw JSON: a tensor
@@ -194,11 +190,6 @@ class EtNode(msgspec.Struct, gc=False):
     def drop_raw(self) -> None:
         self.raw_inputs = self.raw_outputs = _NULL
         self.input_shapes = self.input_types = self.output_shapes = self.output_types = _NULL
-
-    @property
-    def is_root(self) -> bool:
-        """The process root (its own parent) or a per-thread root."""
-        return self.parent == self.id or self.name.startswith(_THREAD_ROOT)
 
 
 def _io(raw: msgspec.Raw, shapes: msgspec.Raw, types: msgspec.Raw) -> EtIO:
@@ -266,11 +257,18 @@ class HostEt:
         return [by_id[i] for i in sorted(self.roots) if by_id[i].parent != i]
 
 
+def _text(values: msgspec.Raw, shapes: msgspec.Raw, types: msgspec.Raw) -> tuple[str, str, str]:
+    """An IO's (values, shapes, types) as JSON text; a member the ET leaves out is ``[]``."""
+    null = _NULL
+    return (str(values, "utf-8") if values is not null else "[]",
+            str(shapes, "utf-8") if shapes is not null else "[]",
+            str(types, "utf-8") if types is not null else "[]")
+
+
 def _keep_texts(nodes: list[EtNode]) -> None:
     """``keep_io(True, False)`` on each node, the 1.0.2+ inputs / outputs objects of CHUNK
     nodes decoded in one call (a call each cost more than the decoding); a chunk holding
     anything else (the flat 1.0.1 layout) goes node by node."""
-    null = _NULL
     for lo in range(0, len(nodes), CHUNK):
         part = nodes[lo:lo + CHUNK]
         raws = []
@@ -283,15 +281,8 @@ def _keep_texts(nodes: list[EtNode]) -> None:
             for node in part:
                 node.keep_io(True, False)
             continue
-        texts = []
-        for io in ios:
-            if io is None:  # no inputs (or outputs) member: io_text decides
-                texts.append(None)
-            else:
-                values, shapes, types = io.values, io.shapes, io.types
-                texts.append((str(values, "utf-8") if values is not null else "[]",
-                              str(shapes, "utf-8") if shapes is not null else "[]",
-                              str(types, "utf-8") if types is not null else "[]"))
+        # None: no inputs (or outputs) member at all, io_text decides
+        texts = [None if io is None else _text(io.values, io.shapes, io.types) for io in ios]
         for index, node in enumerate(part):
             inputs, outputs = texts[2 * index], texts[2 * index + 1]
             if inputs is None or outputs is None:
@@ -459,7 +450,7 @@ def read_host_et(path: Path) -> HostEt:
     schema = str(doc.schema)
     pid = doc.pid
     et = HostEt(path, schema, pid if type(pid) is int else None, str(doc.time), nodes, by_id,
-                len(raw), roots={n.id for n in nodes  # is_root, inlined: it runs per node
+                len(raw), roots={n.id for n in nodes  # the process root is its own parent
                                  if n.parent == n.id or n.name.startswith(_THREAD_ROOT)})
     if not schema.startswith(KNOWN_SCHEMAS):
         et.warnings.append(f"{path}: schema {schema!r} is not one of {', '.join(KNOWN_SCHEMAS)}; "
