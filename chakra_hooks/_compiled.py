@@ -24,7 +24,9 @@ from pathlib import Path
 COMPILED = (
     ("chakra_hooks.linker.model", "linker/model.py"),
     ("chakra_hooks.linker.jsonio", "linker/jsonio.py"),
+    ("chakra_hooks.linker.kineto_events", "linker/kineto_events.py"),
     ("chakra_hooks.linker.kineto", "linker/kineto.py"),
+    ("chakra_hooks.linker.pytorch_et_nodes", "linker/pytorch_et_nodes.py"),
     ("chakra_hooks.linker.pytorch_et", "linker/pytorch_et.py"),
     ("chakra_hooks.linker.pytorch_match", "linker/pytorch_match.py"),
     ("chakra_hooks.linker.pytorch_comms", "linker/pytorch_comms.py"),
@@ -88,21 +90,25 @@ _stale: bool | None = None
 
 
 def _stale_build(checkout: Path) -> bool:
-    """Whether any compiled module of this checkout is missing or older than its source or
-    its declarations (``.pxd``). Then every module runs from source: compiled modules call
-    the functions and classes another one declares directly, so a stale module and a fresh
-    one cannot be mixed."""
+    """Whether any compiled module of this checkout is missing or older than any compiled
+    source or declarations file (``.pxd``: a module's own, or one it cimports, such as
+    linker/layouts.pxd). Then every module runs from source: compiled modules call the
+    functions and classes another one declares directly, so a stale module and a fresh one
+    cannot be mixed."""
     global _stale
     if _stale is None:
-        _stale = False
-        for _, source in COMPILED:
-            py = checkout / source
-            built = [f for f in py.parent.glob(py.stem + ".*") if f.name.endswith(tuple(EXTENSION_SUFFIXES))]
-            newest = max((f.stat().st_mtime for f in (py, py.with_suffix(".pxd")) if f.is_file()),
-                         default=0.0)
-            if not built or newest > max(f.stat().st_mtime for f in built):
+        sources = [checkout / source for _, source in COMPILED]
+        inputs = set(sources) | {pxd for py in sources for pxd in py.parent.glob("*.pxd")}
+        built_times = []
+        for py in sources:
+            built = [f for f in py.parent.glob(py.stem + ".*")
+                     if f.name.endswith(tuple(EXTENSION_SUFFIXES))]
+            if not built:
                 _stale = True
-                break
+                return _stale
+            built_times.append(max(f.stat().st_mtime for f in built))
+        newest = max((f.stat().st_mtime for f in inputs if f.is_file()), default=0.0)
+        _stale = newest > min(built_times)
     return _stale
 
 

@@ -1,7 +1,10 @@
 # Declarations for the compiled build only (setup.py; the .py runs unchanged without them):
 # the per-event loop's containers as the builtin types they are, so that their methods are
-# direct C calls rather than Python method calls, and its time conversion a C call on C numbers.
+# direct C calls rather than Python method calls; its time conversion a C call on C numbers;
+# and its events as KEvent (linker/layouts.pxd), so their fields are read and written as C
+# struct members.
 cimport cython
+from chakra_hooks.linker.layouts cimport KEvent
 
 @cython.locals(scaled=cython.double, whole=cython.longlong, rest=cython.double)
 cpdef object _ns(object value)
@@ -9,5 +12,10 @@ cpdef object _ns(object value)
 
 @cython.locals(pids=set, out_of=dict, ids=dict, host=list, device=list, full_names=dict,
                common_events=list, common_raws=list, full_events=list, full_raws=list,
-               devices_before=Py_ssize_t, uncorrelated=Py_ssize_t)
+               devices_before=Py_ssize_t, uncorrelated=Py_ssize_t, ev=KEvent)
 cpdef object _read_events(object trace, list events, Py_ssize_t first)
+
+
+@cython.locals(ev=KEvent, kept=list)
+cpdef object _set_args(object trace, list events, Py_ssize_t first, list kept, list raws,
+                       object decoder)

@@ -37,80 +37,13 @@ import msgspec
 
 from chakra_hooks.errors import TraceFormatError
 from chakra_hooks.linker.jsonio import decode, read_bytes
+from chakra_hooks.linker.kineto_events import NO_ARGS, CommonArgs, KArgs, KEvent
 
 HOST_CATS = frozenset(("cpu_op", "user_annotation"))
 RUNTIME_CATS = frozenset(("cuda_runtime", "cuda_driver"))
 DEVICE_CATS = frozenset(("kernel", "gpu_memcpy", "gpu_memset"))
 
 
-def _internal(name: str) -> object:
-    """A struct field no JSON key can fill (filled by the reader or the linker)."""
-    return msgspec.field(default=None, name="chakra_hooks.internal." + name)
-
-
-class KArgs(msgspec.Struct, frozen=True, gc=False):
-    """The ``args`` keys the linker reads; every other key is skipped by the decoder.
-
-    ``get`` takes the key as Kineto spells it, so callers read ``args.get("External id")``.
-    Values are typed ``object``: a file with an odd type for one key must not fail to load.
-    """
-
-    correlation: object = None
-    external_id: object = msgspec.field(default=None, name="External id")
-    record_function_id: object = msgspec.field(default=None, name="Record function id")
-    stream: object = None
-    device: object = None
-    bytes: object = None
-    bandwidth: object = msgspec.field(default=None, name="memory bandwidth (GB/s)")
-    kind: object = None
-    collective_name: object = msgspec.field(default=None, name="Collective name")
-    in_msg_nelems: object = msgspec.field(default=None, name="In msg nelems")
-    out_msg_nelems: object = msgspec.field(default=None, name="Out msg nelems")
-    dtype: object = None
-    pg_name: object = msgspec.field(default=None, name="Process Group Name")
-    pg_ranks: object = msgspec.field(default=None, name="Process Group Ranks")
-    in_split: object = msgspec.field(default=None, name="In split size")
-    out_split: object = msgspec.field(default=None, name="Out split size")
-    input_dims: object = msgspec.field(default=None, name="Input Dims")
-    input_type: object = msgspec.field(default=None, name="Input type")
-    sequence_number: object = msgspec.field(default=None, name="Sequence number")
-    # cuda_sync records (profiler option enable_cuda_sync_events): who waited on what.
-    wait_on_stream: object = None
-    wait_on_record: object = msgspec.field(default=None, name="wait_on_cuda_event_record_corr_id")
-
-    def get(self, key: str, default: object = None) -> object:
-        value = getattr(self, _ARG_ATTR.get(key, "\x00"), None)
-        return default if value is None else value
-
-
-_ARG_ATTR = {f.encode_name: f.name for f in msgspec.structs.fields(KArgs)}
-_NO_ARGS = KArgs()
-
-
-class CommonArgs(msgspec.Struct, frozen=True, gc=False):
-    """The ``args`` of a kept event that needs no more than the common keys (nearly every
-    event), in a third of KArgs' memory; the other KArgs attributes are class attributes,
-    all None, so both read alike.
-
-    Events that may need more get a full :class:`KArgs` instead (see
-    :func:`wants_full_args`): device events, ``cuda_sync`` records, and host
-    ranges that carry collective metadata. A linker rule reading another key from another
-    event must extend that rule.
-    """
-
-    correlation: object = None
-    external_id: object = msgspec.field(default=None, name="External id")
-    record_function_id: object = msgspec.field(default=None, name="Record function id")
-    sequence_number: object = msgspec.field(default=None, name="Sequence number")
-    stream: object = None
-    device: object = None
-
-    get = KArgs.get
-
-
-_COMMON = frozenset(f.name for f in msgspec.structs.fields(CommonArgs))
-for _name in (f.name for f in msgspec.structs.fields(KArgs) if f.name not in _COMMON):
-    setattr(CommonArgs, _name, None)
 # Host ranges whose args the comm rules read (pytorch_comms: record_param_comms metadata,
 # c10d op input dims and types, nccl:* annotations).
 _FULL_HOST_NAMES = frozenset(("record_param_comms",))
@@ -122,37 +55,6 @@ def wants_full_args(cat: str, name: str) -> bool:
     if cat in DEVICE_CATS or cat == "cuda_sync":
         return True
     return cat in HOST_CATS and (name in _FULL_HOST_NAMES or name.startswith(_FULL_HOST_PREFIXES))
-
-
-class KEvent(msgspec.Struct, gc=False):
-    """One Kineto event as decoded; kept ones get ``start`` / ``dur`` in integer ns.
-
-    ``start`` / ``dur`` hold the file's ``ts`` / ``dur`` (float or int microseconds) while
-    decoding and are replaced by integer nanoseconds by the reader: one slot each, so no
-    float outlives the reader. ``parent`` (host ranges: the enclosing range on the same
-    thread), ``op`` (uid of the linked-trace op this range became, -1 if none) and ``et``
-    (the matched host ET node) are filled in by the linker.
-    """
-
-    name: str = ""
-    cat: str = ""
-    ph: str = ""
-    pid: object = None
-    tid: object = None
-    start: object = msgspec.field(default=None, name="ts")
-    dur: object = 0
-    # Decoded as raw JSON (a dropped event with odd args must not fail the file, and most
-    # events' args are never read); the reader replaces a kept event's by its CommonArgs or
-    # KArgs (an object or null; anything else is an error).
-    args: msgspec.Raw = _NO_ARGS  # type: ignore[assignment]
-    id: object = None
-    parent: object = _internal("parent")
-    op: int = msgspec.field(default=-1, name="chakra_hooks.internal.op")
-    et: object = _internal("et")
-
-    @property
-    def end(self) -> int:
-        return self.start + self.dur
 
 
 class _KinetoDoc(msgspec.Struct):
@@ -472,12 +374,19 @@ def _set_args(trace: KinetoTrace, events: list[KEvent], first: int, kept: list[K
         index = _failed_index(exc)
         where = "traceEvents"
         if index is not None:  # kept[index] is an event of this chunk: name it by its place
-            place = next(i for i, e in enumerate(events) if e is kept[index])
-            where = f"traceEvents[{first + place}]"
+            where = f"traceEvents[{first + _place(events, kept[index])}]"
         raise TraceFormatError(trace.path, where, f"'args' an object or null ({exc})") from exc
-    no_args = _NO_ARGS
+    no_args = NO_ARGS
     for ev, args in zip(kept, decoded):
         ev.args = args or no_args
+
+
+def _place(events: list[KEvent], event: KEvent) -> int:
+    """The index of ``event`` (the object itself) in ``events``."""
+    for index, candidate in enumerate(events):
+        if candidate is event:
+            return index
+    raise ValueError("event not in events")
 
 
 def _index_flow_ends(trace: KinetoTrace, chunks: Callable[[], Iterator[tuple[int, list[KEvent]]]]

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from chakra_hooks.linker.model import Edge, EdgeKind
 
 if TYPE_CHECKING:
-    from chakra_hooks.linker.kineto import KEvent
+    from chakra_hooks.linker.kineto_events import KEvent
     from chakra_hooks.linker.pytorch_link import _Linker
 
 _PREFIXES = ("cuda", "hip")
@@ -199,8 +199,11 @@ def add_data_edges(linker: _Linker) -> None:
       the forward pass.
     """
     ops, edges = linker.ops, linker.edges
-    tops = sorted((op for op in ops if "et_id" in op.attrs and op.inputs is not None),
-                  key=_ET_ID)
+    tops = []  # (plain loops, not comprehensions: the compiled build types `op` and `node`)
+    for op in ops:
+        if "et_id" in op.attrs and op.inputs is not None:
+            tops.append(op)
+    tops.sort(key=_ET_ID)
     by_et = linker.et.by_id
     producer: dict[int, int] = {}
     get, data = producer.get, _DATA
@@ -274,7 +277,9 @@ def prune_edges(linker: _Linker) -> None:
     """Drop duplicates, self-edges and edges that would run backwards in time (those could
     close a cycle); count what was dropped in the stats."""
     ops = linker.ops
-    starts = [op.start_ps for op in ops]
+    starts = []
+    for op in ops:
+        starts.append(op.start_ps)
     width = len(ops) + 1  # src * width + dst: one int per pair, cheaper than a tuple
     kept, seen, backwards = [], set(), 0
     parent = _PARENT

@@ -15,7 +15,6 @@ given at op entry, so id order is program (entry) order on each thread.
 
 from __future__ import annotations
 
-import re
 from typing import Union
 from operator import attrgetter
 from sys import intern
@@ -25,7 +24,9 @@ from pathlib import Path
 import msgspec
 
 from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.linker import pytorch_et_nodes
 from chakra_hooks.linker.jsonio import decode, read_bytes
+from chakra_hooks.linker.pytorch_et_nodes import NULL, EtNode, IORaw, as_text
 
 KNOWN_SCHEMAS = ("1.0.1", "1.0.2", "1.0.3", "1.0.4", "1.1.0", "1.1.1")
 USER_SCOPE = 7  # RecordScope::USER_SCOPE: record_function annotations and the ET roots
@@ -36,35 +37,12 @@ _STANDARD_LENGTHS = (7, 10)
 _STANDARD_LAST = ("op_schema", "tensor_range")
 
 
-@dataclass(slots=True)
-class EtIO:
-    """Inputs or outputs of one ET node, as the ET has them."""
-
-    values: list = field(default_factory=list)
-    shapes: list = field(default_factory=list)
-    types: list = field(default_factory=list)
-
-
 class EtAttr(msgspec.Struct, gc=False):
     name: str
     value: object = None
 
 
-_NULL = msgspec.Raw(b"null")
-_TENSOR_RE = re.compile(rb'\[\s*(\d+)\s*,\s*\d+\s*,\s*\d+\s*,\s*\d+\s*,\s*\d+\s*,\s*"')
-_GPU_RE = re.compile(rb'"(?:cuda|hip)')
-_TENSOR_TEXT_RE = re.compile(_TENSOR_RE.pattern.decode())
-_GPU_TEXT_RE = re.compile(_GPU_RE.pattern.decode())
-
-
-class _IORaw(msgspec.Struct):
-    values: msgspec.Raw = _NULL
-    shapes: msgspec.Raw = _NULL
-    types: msgspec.Raw = _NULL
-
-
-_IO_DECODER = msgspec.json.Decoder(_IORaw)
-_IO_LISTS_DECODER = msgspec.json.Decoder(list[Union[_IORaw, None]])
+_IO_LISTS_DECODER = msgspec.json.Decoder(list[Union[IORaw, None]])
 _ATTRS_DECODER = msgspec.json.Decoder(list[EtAttr])
 _ATTR_LISTS_DECODER = msgspec.json.Decoder(list[list[EtAttr]])
 
@@ -101,107 +79,10 @@ _STD_LISTS_DECODER = msgspec.json.Decoder(list[list[_STD_UNION]])  # type: ignor
 CHUNK = 1024  # nodes whose attrs (or inputs / outputs) are decoded in one call
 
 
-def _internal(name: str, default: object = None) -> object:
-    """A struct field no JSON key can fill (set by the reader)."""
-    return msgspec.field(default=default, name="chakra_hooks.internal." + name)
-
-
-class EtNode(msgspec.Struct, gc=False):
-    """One ET node, decoded straight from either layout.
-
-    ``inputs`` / ``outputs`` stay raw JSON until first read (most nodes are never looked at
-    closely: only top-level ops and collectives are), then are decoded once and cached.
-    """
-
-    id: int
-    name: str
-    ctrl_deps: object = None  # 1.0.2+: the parent id
-    parent: object = None  # 1.0.1: the parent id (set to the parent id for both layouts)
-    rf_id: object = 0
-    seq_id: object = -1  # autograd sequence number: a forward op and its backward node share it
-    tid: object = 0
-    scope: object = 0
-    raw_inputs: msgspec.Raw = msgspec.field(default=_NULL, name="inputs")
-    raw_outputs: msgspec.Raw = msgspec.field(default=_NULL, name="outputs")
-    input_shapes: msgspec.Raw = _NULL
-    input_types: msgspec.Raw = _NULL
-    output_shapes: msgspec.Raw = _NULL
-    output_types: msgspec.Raw = _NULL
-    attr_raw: msgspec.Raw = msgspec.field(default=_NULL, name="attrs")
-    # Written by the reference linker (chakra_trace_link) into "host + device" ETs: Kineto
-    # times in microseconds, and for the GPU nodes it adds, their category and stream.
-    ts: object = None
-    inclusive_dur: object = None
-    cat: object = None
-    stream: object = None
-    attrs: object = _internal("attrs")  # non-standard attrs by name (collective_name, ...)
-    children: object = _internal("children", ())  # a list once the node has one
-    cached_in: object = _internal("cached_in")
-    cached_out: object = _internal("cached_out")
-    cached_text: object = _internal("cached_text")  # ((in values, shapes, types), (out ...))
-
-    @property
-    def inputs(self) -> EtIO:
-        if self.cached_in is None:
-            self.cached_in = _io(self.raw_inputs, self.input_shapes, self.input_types)
-        return self.cached_in
-
-    @property
-    def outputs(self) -> EtIO:
-        if self.cached_out is None:
-            self.cached_out = _io(self.raw_outputs, self.output_shapes, self.output_types)
-        return self.cached_out
-
-    def io_text(self, outputs: bool = False) -> tuple[str, str, str]:
-        """(values, shapes, types) as the JSON text the file has, without decoding values."""
-        if self.cached_text is not None:
-            return self.cached_text[outputs]
-        raw = self.raw_outputs if outputs else self.raw_inputs
-        if memoryview(raw)[:1] == b"{":  # 1.0.2+: slice the three members out of the object
-            io = _IO_DECODER.decode(raw)
-            parts = (io.values, io.shapes, io.types)
-        elif outputs:
-            parts = (raw, self.output_shapes, self.output_types)
-        else:
-            parts = (raw, self.input_shapes, self.input_types)
-        return _text(*parts)
-
-    def tensor_ids(self, outputs: bool = False) -> list[int]:
-        """Ids of the tensors among the inputs (or outputs), read from the raw JSON: a tensor
-        is the only ET value made of five integers and a device string."""
-        if self.cached_text is not None:
-            return [int(m) for m in _TENSOR_TEXT_RE.findall(self.cached_text[outputs][0])]
-        raw = self.raw_outputs if outputs else self.raw_inputs
-        return [int(m) for m in _TENSOR_RE.findall(raw)]
-
-    def on_gpu(self) -> bool:
-        """Whether any input tensor lives on a CUDA / HIP device."""
-        if self.cached_text is not None:
-            return _GPU_TEXT_RE.search(self.cached_text[0][0]) is not None
-        return _GPU_RE.search(self.raw_inputs) is not None
-
-    def keep_io(self, text: bool, decoded: bool) -> None:
-        """Copy out what will be read of the inputs / outputs before the raw file goes."""
-        if text and self.cached_text is None:
-            self.cached_text = (self.io_text(), self.io_text(outputs=True))
-        if decoded:
-            _ = self.inputs, self.outputs
-
-    def drop_raw(self) -> None:
-        self.raw_inputs = self.raw_outputs = _NULL
-        self.input_shapes = self.input_types = self.output_shapes = self.output_types = _NULL
-
-
-def _io(raw: msgspec.Raw, shapes: msgspec.Raw, types: msgspec.Raw) -> EtIO:
-    loads = msgspec.json.decode
-    value = loads(raw)
-    if isinstance(value, dict):  # 1.0.2+: {values, shapes, types, strides}
-        return EtIO(value.get("values", []), value.get("shapes", []), value.get("types", []))
-    return EtIO(value or [], loads(shapes) or [], loads(types) or [])
-
-
 class _EtDoc(msgspec.Struct):
-    nodes: list[EtNode] | None = None
+    # (Spelled through the module: msgspec evaluates this annotation in this module's
+    # globals, where the compiled build has no `EtNode`: pytorch_et.pxd cimports it.)
+    nodes: list[pytorch_et_nodes.EtNode] | None = None
     schema: object = ""
     pid: object = None
     time: object = ""
@@ -244,25 +125,22 @@ class HostEt:
         _keep_texts([node for node in text if node.cached_text is None])
         for node in decoded:
             node.keep_io(False, True)
-        null = _NULL
-        for node in self.nodes:  # drop_raw, inlined: this runs on every node
-            node.raw_inputs = node.raw_outputs = null
-            # The flat 1.0.1 layout only (1.0.2+ keeps shapes and types inside inputs).
-            if node.input_shapes is not null or node.output_shapes is not null:
-                node.input_shapes = node.input_types = null
-                node.output_shapes = node.output_types = null
+        _drop_raws(self.nodes)
 
     def thread_roots(self) -> list[EtNode]:
         by_id = self.by_id
         return [by_id[i] for i in sorted(self.roots) if by_id[i].parent != i]
 
 
-def _text(values: msgspec.Raw, shapes: msgspec.Raw, types: msgspec.Raw) -> tuple[str, str, str]:
-    """An IO's (values, shapes, types) as JSON text; a member the ET leaves out is ``[]``."""
-    null = _NULL
-    return (str(values, "utf-8") if values is not null else "[]",
-            str(shapes, "utf-8") if shapes is not null else "[]",
-            str(types, "utf-8") if types is not null else "[]")
+def _drop_raws(nodes: list[EtNode]) -> None:
+    """``drop_raw`` on every node, inlined: this runs on every node of the file."""
+    null = NULL
+    for node in nodes:
+        node.raw_inputs = node.raw_outputs = null
+        # The flat 1.0.1 layout only (1.0.2+ keeps shapes and types inside inputs).
+        if node.input_shapes is not null or node.output_shapes is not null:
+            node.input_shapes = node.input_types = null
+            node.output_shapes = node.output_types = null
 
 
 def _keep_texts(nodes: list[EtNode]) -> None:
@@ -282,7 +160,7 @@ def _keep_texts(nodes: list[EtNode]) -> None:
                 node.keep_io(True, False)
             continue
         # None: no inputs (or outputs) member at all, io_text decides
-        texts = [None if io is None else _text(io.values, io.shapes, io.types) for io in ios]
+        texts = [None if io is None else as_text(io.values, io.shapes, io.types) for io in ios]
         for index, node in enumerate(part):
             inputs, outputs = texts[2 * index], texts[2 * index + 1]
             if inputs is None or outputs is None:
@@ -302,9 +180,9 @@ def _finish_node(node: EtNode, index: int, path: Path) -> None:
     node.attrs = _NO_ATTRS
     node.name = intern(node.name)
     raw = node.attr_raw
-    if raw is _NULL:
+    if raw is NULL:
         return
-    node.attr_raw = _NULL
+    node.attr_raw = NULL
     _set_attrs(node, _decode_attrs(raw, node, index, path))
 
 
@@ -344,7 +222,7 @@ def _finish_nodes(nodes: list[EtNode], path: Path) -> None:
     the file: call overhead and attribute lookups are most of its time). Attrs lists not
     decoded with the file (_EtNodeStd) are decoded CHUNK nodes at a time, in one decoder call
     per chunk (their slices joined)."""
-    null, no_attrs = _NULL, _NO_ATTRS
+    null, no_attrs = NULL, _NO_ATTRS
     decoded = bool(nodes) and type(nodes[0]) is _EtNodeStd
     for lo in range(0, len(nodes), CHUNK):
         part = nodes[lo:lo + CHUNK]
@@ -406,7 +284,7 @@ def _decode_std_chunk(raws: list[msgspec.Raw]) -> list[list[_Std]] | None:
 def _decode_attr_chunk(part: list[EtNode], raws: list[msgspec.Raw], lo: int, path: Path
                        ) -> list[list[EtAttr]]:
     """The attrs lists (``raws``) of the nodes in ``part`` that have one, in order."""
-    null = _NULL
+    null = NULL
     if not raws:
         return []
     try:
@@ -437,9 +315,14 @@ def read_host_et(path: Path) -> HostEt:
         raise TraceFormatError(path, "nodes", "at least one node (the trace is empty)")
     _finish_nodes(nodes, path)
     nodes.sort(key=_ID)
-    by_id = {n.id: n for n in nodes}
+    by_id = {}
+    for node in nodes:  # plain loops, not comprehensions: the compiled build types `node`
+        by_id[node.id] = node
     get = by_id.get
+    roots = set()
     for node in nodes:  # id order, so children lists come out in program order
+        if node.parent == node.id or node.name.startswith(_THREAD_ROOT):
+            roots.add(node.id)  # the process root is its own parent
         parent = get(node.parent)
         if parent is not None and parent is not node:
             children = parent.children
@@ -450,8 +333,7 @@ def read_host_et(path: Path) -> HostEt:
     schema = str(doc.schema)
     pid = doc.pid
     et = HostEt(path, schema, pid if type(pid) is int else None, str(doc.time), nodes, by_id,
-                len(raw), roots={n.id for n in nodes  # the process root is its own parent
-                                 if n.parent == n.id or n.name.startswith(_THREAD_ROOT)})
+                len(raw), roots=roots)
     if not schema.startswith(KNOWN_SCHEMAS):
         et.warnings.append(f"{path}: schema {schema!r} is not one of {', '.join(KNOWN_SCHEMAS)}; "
                            "read as the closest known layout")

@@ -52,14 +52,16 @@ from chakra_hooks import progress
 from chakra_hooks.errors import TraceFormatError
 from chakra_hooks.linker import pytorch_edges
 from chakra_hooks.linker.gc_pause import gc_paused
-from chakra_hooks.linker.kineto import DEVICE_CATS, KEvent, KinetoTrace, read_kineto
+from chakra_hooks.linker.kineto import DEVICE_CATS, KinetoTrace, read_kineto
+from chakra_hooks.linker.kineto_events import KEvent
 from chakra_hooks.linker.model import (PS_PER_NS, CommInfo, CommType, Edge, EdgeKind,
                                        LinkedTrace, Op, OpKind, TensorIO)
 from chakra_hooks.linker.pytorch_comms import (C10D_OPS, CommMeta, classify, from_c10d_et,
                                                from_c10d_kineto, from_kineto_args,
                                                from_nccl_annotation, from_record_param_comms,
                                                kernel_collective)
-from chakra_hooks.linker.pytorch_et import USER_SCOPE, EtNode, HostEt, read_host_et
+from chakra_hooks.linker.pytorch_et import USER_SCOPE, HostEt, read_host_et
+from chakra_hooks.linker.pytorch_et_nodes import EtNode
 from chakra_hooks.linker.pytorch_groups import Groups
 from chakra_hooks.linker.pytorch_match import Match, index_threads, match_et
 from chakra_hooks.linker.sources import RankJob

@@ -19,8 +19,9 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from chakra_hooks.linker.kineto import KEvent
-from chakra_hooks.linker.pytorch_et import EtNode, HostEt
+from chakra_hooks.linker.kineto_events import KEvent
+from chakra_hooks.linker.pytorch_et import HostEt
+from chakra_hooks.linker.pytorch_et_nodes import EtNode
 
 LOOKAHEAD = 16
 ANCHOR_PROBE = 8  # leading names that must agree for a start to be tried
@@ -55,7 +56,7 @@ def index_threads(host: list[KEvent]) -> dict[tuple, KThread]:
         # Entry order: earlier start first; at equal starts the longer (enclosing) range first.
         # (One sort with a key tuple: the events come nearly in that order already, which
         # timsort makes linear; sorting by duration first would scramble them.)
-        events.sort(key=lambda e: (e.start, -e.dur))
+        events.sort(key=_entry_order)
         stack: list[KEvent] = []
         ends: list[int] = []  # where each range on the stack ends (read once, not per test)
         for ev in events:
@@ -68,6 +69,10 @@ def index_threads(host: list[KEvent]) -> dict[tuple, KThread]:
             ends.append(start + ev.dur)
         threads[key] = KThread(key, events, [e.start for e in events])
     return threads
+
+
+def _entry_order(ev: KEvent) -> tuple:
+    return (ev.start, -ev.dur)
 
 
 @dataclass(slots=True)
@@ -83,19 +88,33 @@ class Match:
 
 def _by_key(nodes: list[EtNode], host: list[KEvent], key: str) -> dict[int, KEvent]:
     """Match by one KArgs attribute (``record_function_id`` or ``external_id``) and name."""
+    # (Plain loops, not comprehensions: the compiled build types `ev` and `node`.)
     get_key = attrgetter(key)
-    index = {k: ev for ev in host if (k := get_key(ev.args))}  # the last range of a key wins
+    index = {}
+    for ev in host:
+        k = get_key(ev.args)
+        if k:
+            index[k] = ev  # the last range of a key wins
     get = index.get
-    return {n.id: ev for n in nodes
-            if n.rf_id and (ev := get(n.rf_id)) is not None and ev.name == n.name}
+    out = {}
+    for node in nodes:
+        rf_id = node.rf_id
+        if rf_id:
+            ev = get(rf_id)
+            if ev is not None and ev.name == node.name:
+                out[node.id] = ev
+    return out
 
 
 def match_et(et: HostEt, host: list[KEvent], threads: dict[tuple, KThread]) -> Match:
     """Match ET nodes to Kineto host ranges with the best of the three keys."""
     roots = et.roots
-    nodes = [n for n in et.nodes if n.id not in roots]
+    nodes = []
+    for node in et.nodes:
+        if node.id not in roots:
+            nodes.append(node)
     best = Match(eligible=len(nodes))
-    if any(ev.args.record_function_id for ev in host[:2000]):
+    if _has_record_function_ids(host[:2000]):
         best = Match(_by_key(nodes, host, "record_function_id"), "record_function_id", len(nodes))
     if best.rate < 0.9:
         by_ext = Match(_by_key(nodes, host, "external_id"), "external_id", len(nodes))
@@ -106,6 +125,13 @@ def match_et(et: HostEt, host: list[KEvent], threads: dict[tuple, KThread]) -> M
     for et_id, ev in best.by_et.items():
         ev.et = et.by_id[et_id]
     return best
+
+
+def _has_record_function_ids(host: list[KEvent]) -> bool:
+    for ev in host:
+        if ev.args.record_function_id:
+            return True
+    return False
 
 
 def _by_sequence(nodes: list[EtNode], threads: dict[tuple, KThread]) -> dict[int, KEvent]:

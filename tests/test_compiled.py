@@ -63,7 +63,8 @@ def test_ci_build_compiles_every_module() -> None:
 
 def test_checkout_runs_all_from_source_once_any_module_is_stale(tmp_path, monkeypatch) -> None:
     # Compiled modules call what another declares (.pxd) directly: one stale module means
-    # every module runs from source, and a .pxd newer than its build counts as stale.
+    # every module runs from source, and a .pxd newer than its build (a module's own, or one
+    # others cimport) counts as stale.
     from importlib.machinery import EXTENSION_SUFFIXES
     for _, source in _compiled.COMPILED:
         py = tmp_path / source
@@ -85,6 +86,12 @@ def test_checkout_runs_all_from_source_once_any_module_is_stale(tmp_path, monkey
     os.utime(declarations, (3000, 3000))
     assert stale()
     os.utime(declarations, (1500, 1500))
+    assert not stale()
+    shared = first.with_name("layouts.pxd")  # declarations no module owns, cimported by some
+    shared.write_text("")
+    os.utime(shared, (3000, 3000))
+    assert stale()
+    os.utime(shared, (1500, 1500))
     assert not stale()
     last = tmp_path / _compiled.COMPILED[-1][1]
     last.with_name(last.stem + EXTENSION_SUFFIXES[0]).unlink()  # a module left uncompiled

@@ -1,0 +1,22 @@
+# Declarations for the compiled build only (setup.py; the .py runs unchanged without them):
+# the per-op loops' ops, edges and ET nodes as the C classes they are (linker/model.pxd,
+# linker/layouts.pxd), so that their fields are read as C struct members, and their
+# containers as the builtin types they are.
+cimport cython
+from chakra_hooks.linker.layouts cimport EtNode
+from chakra_hooks.linker.model cimport Edge, Op
+
+
+@cython.locals(op=Op, node=EtNode, ops=list, edges=list, tops=list, seen=set, producer=dict,
+               by_et=dict)
+cpdef object add_data_edges(object linker)
+
+
+@cython.locals(op=Op, node=EtNode, ops=list, edges=list, by_et=dict, stack=list, forward=dict,
+               backward=dict)
+cpdef object _autograd_edges(object linker, list tops)
+
+
+@cython.locals(e=Edge, op=Op, ops=list, starts=list, kept=list, seen=set,
+               width=Py_ssize_t, backwards=Py_ssize_t)
+cpdef object prune_edges(object linker)

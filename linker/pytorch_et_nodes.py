@@ -1,0 +1,146 @@
+"""The struct a PyTorch host ET node is decoded into, with its inputs / outputs helpers
+(read by linker/pytorch_et.py).
+
+It lives apart from the reader so that compiled modules, the reader included, can read and
+write an :class:`EtNode`'s fields directly in C (linker/layouts.pxd declares its memory
+layout: a msgspec struct keeps its fields in fixed slots, like ``__slots__``); a module cannot
+declare the layout of a class it defines itself. To Python this is a plain module.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import msgspec
+
+@dataclass(slots=True)
+class EtIO:
+    """Inputs or outputs of one ET node, as the ET has them."""
+
+    values: list = field(default_factory=list)
+    shapes: list = field(default_factory=list)
+    types: list = field(default_factory=list)
+
+
+NULL = msgspec.Raw(b"null")
+_TENSOR_RE = re.compile(rb'\[\s*(\d+)\s*,\s*\d+\s*,\s*\d+\s*,\s*\d+\s*,\s*\d+\s*,\s*"')
+_GPU_RE = re.compile(rb'"(?:cuda|hip)')
+_TENSOR_TEXT_RE = re.compile(_TENSOR_RE.pattern.decode())
+_GPU_TEXT_RE = re.compile(_GPU_RE.pattern.decode())
+
+
+class IORaw(msgspec.Struct):
+    values: msgspec.Raw = NULL
+    shapes: msgspec.Raw = NULL
+    types: msgspec.Raw = NULL
+
+
+_IO_DECODER = msgspec.json.Decoder(IORaw)
+
+
+def _internal(name: str, default: object = None) -> object:
+    """A struct field no JSON key can fill (set by the reader)."""
+    return msgspec.field(default=default, name="chakra_hooks.internal." + name)
+
+
+class EtNode(msgspec.Struct, gc=False):
+    """One ET node, decoded straight from either layout.
+
+    ``inputs`` / ``outputs`` stay raw JSON until first read (most nodes are never looked at
+    closely: only top-level ops and collectives are), then are decoded once and cached.
+    """
+
+    id: int
+    name: str
+    ctrl_deps: object = None  # 1.0.2+: the parent id
+    parent: object = None  # 1.0.1: the parent id (set to the parent id for both layouts)
+    rf_id: object = 0
+    seq_id: object = -1  # autograd sequence number: a forward op and its backward node share it
+    tid: object = 0
+    scope: object = 0
+    raw_inputs: msgspec.Raw = msgspec.field(default=NULL, name="inputs")
+    raw_outputs: msgspec.Raw = msgspec.field(default=NULL, name="outputs")
+    input_shapes: msgspec.Raw = NULL
+    input_types: msgspec.Raw = NULL
+    output_shapes: msgspec.Raw = NULL
+    output_types: msgspec.Raw = NULL
+    attr_raw: msgspec.Raw = msgspec.field(default=NULL, name="attrs")
+    # Written by the reference linker (chakra_trace_link) into "host + device" ETs: Kineto
+    # times in microseconds, and for the GPU nodes it adds, their category and stream.
+    ts: object = None
+    inclusive_dur: object = None
+    cat: object = None
+    stream: object = None
+    attrs: object = _internal("attrs")  # non-standard attrs by name (collective_name, ...)
+    children: object = _internal("children", ())  # a list once the node has one
+    cached_in: object = _internal("cached_in")
+    cached_out: object = _internal("cached_out")
+    cached_text: object = _internal("cached_text")  # ((in values, shapes, types), (out ...))
+
+    @property
+    def inputs(self) -> EtIO:
+        if self.cached_in is None:
+            self.cached_in = _io(self.raw_inputs, self.input_shapes, self.input_types)
+        return self.cached_in
+
+    @property
+    def outputs(self) -> EtIO:
+        if self.cached_out is None:
+            self.cached_out = _io(self.raw_outputs, self.output_shapes, self.output_types)
+        return self.cached_out
+
+    def io_text(self, outputs: bool = False) -> tuple[str, str, str]:
+        """(values, shapes, types) as the JSON text the file has, without decoding values."""
+        if self.cached_text is not None:
+            return self.cached_text[outputs]
+        raw = self.raw_outputs if outputs else self.raw_inputs
+        if memoryview(raw)[:1] == b"{":  # 1.0.2+: slice the three members out of the object
+            io = _IO_DECODER.decode(raw)
+            parts = (io.values, io.shapes, io.types)
+        elif outputs:
+            parts = (raw, self.output_shapes, self.output_types)
+        else:
+            parts = (raw, self.input_shapes, self.input_types)
+        return as_text(*parts)
+
+    def tensor_ids(self, outputs: bool = False) -> list[int]:
+        """Ids of the tensors among the inputs (or outputs), read from the raw JSON: a tensor
+        is the only ET value made of five integers and a device string."""
+        if self.cached_text is not None:
+            return [int(m) for m in _TENSOR_TEXT_RE.findall(self.cached_text[outputs][0])]
+        raw = self.raw_outputs if outputs else self.raw_inputs
+        return [int(m) for m in _TENSOR_RE.findall(raw)]
+
+    def on_gpu(self) -> bool:
+        """Whether any input tensor lives on a CUDA / HIP device."""
+        if self.cached_text is not None:
+            return _GPU_TEXT_RE.search(self.cached_text[0][0]) is not None
+        return _GPU_RE.search(self.raw_inputs) is not None
+
+    def keep_io(self, text: bool, decoded: bool) -> None:
+        """Copy out what will be read of the inputs / outputs before the raw file goes."""
+        if text and self.cached_text is None:
+            self.cached_text = (self.io_text(), self.io_text(outputs=True))
+        if decoded:
+            _ = self.inputs, self.outputs
+
+    def drop_raw(self) -> None:
+        self.raw_inputs = self.raw_outputs = NULL
+        self.input_shapes = self.input_types = self.output_shapes = self.output_types = NULL
+
+
+def _io(raw: msgspec.Raw, shapes: msgspec.Raw, types: msgspec.Raw) -> EtIO:
+    loads = msgspec.json.decode
+    value = loads(raw)
+    if isinstance(value, dict):  # 1.0.2+: {values, shapes, types, strides}
+        return EtIO(value.get("values", []), value.get("shapes", []), value.get("types", []))
+    return EtIO(value or [], loads(shapes) or [], loads(types) or [])
+
+
+def as_text(values: msgspec.Raw, shapes: msgspec.Raw, types: msgspec.Raw) -> tuple[str, str, str]:
+    """An IO's (values, shapes, types) as JSON text; a member the ET leaves out is ``[]``."""
+    null = NULL
+    return (str(values, "utf-8") if values is not null else "[]",
+            str(shapes, "utf-8") if shapes is not null else "[]",
+            str(types, "utf-8") if types is not null else "[]")
