@@ -268,7 +268,10 @@ class _Linker:
         self._nested_c10d(top_uid)
         if self.kt is None:
             self._et_device_ops(top_uid)
-        if not any(op.kind == _METADATA for op in self.ops):
+        for op in self.ops:
+            if op.kind == _METADATA:
+                break
+        else:  # the ET recorded no process-group init: Kineto's configuration, if any
             self._kineto_pg_metadata()
 
     def _et_device_ops(self, top_uid: dict[int, int]) -> None:
