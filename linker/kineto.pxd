@@ -6,11 +6,11 @@
 cimport cython
 from chakra_hooks.linker.layouts cimport KEvent
 
-@cython.locals(scaled=cython.double, whole=cython.longlong, rest=cython.double)
+@cython.locals(number=cython.double, scaled=cython.double, whole=cython.longlong, rest=cython.double)
 cpdef object _ns(object value)
 
 
-@cython.locals(pids=set, out_of=dict, ids=dict, host=list, device=list, full_names=dict,
+@cython.locals(pids=set, out_of=dict, ids=dict, names=dict, host=list, device=list, full_names=dict,
                common_events=list, common_raws=list, full_events=list, full_raws=list,
                devices_before=Py_ssize_t, uncorrelated=Py_ssize_t, ev=KEvent)
 cpdef object _read_events(object trace, list events, Py_ssize_t first)

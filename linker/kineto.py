@@ -110,6 +110,7 @@ class KinetoTrace:
     pids: set = field(default_factory=set)  # host process ids seen on host ranges
     events_total: int = 0
     ids: dict = field(default_factory=dict)  # reading: pid / tid values -> one shared object
+    names: dict = field(default_factory=dict)  # reading: event name -> the interned name
     _full_names: dict = field(default_factory=dict)  # reading: category -> wants_full_args cache
 
     def kept_by_cat(self) -> dict[str, tuple[list[KEvent], str, dict | None]]:
@@ -144,7 +145,8 @@ def _ns(value: object) -> int:
     """
     if type(value) is int:
         return value * 1000
-    scaled = value * 1000  # type: ignore[operator]
+    number = value  # the compiled build converts it to a C double here (TypeError if no number)
+    scaled = number * 1000  # type: ignore[operator]
     if -_ROUND_LIMIT < scaled < _ROUND_LIMIT:
         whole = int(scaled)  # toward zero; scaled - whole is then exact
         rest = scaled - whole
@@ -306,7 +308,7 @@ def _read_events(trace: KinetoTrace, events: list[KEvent], first: int) -> int:
     out_of = trace.kept_by_cat()
     host, device = trace.host, trace.device
     devices_before = len(device)
-    ids = trace.ids
+    ids, names = trace.ids, trace.names
     raw_type = msgspec.Raw
     # kept events whose args are decoded afterwards (one decoder call for all of a kind: a
     # call each cost more than decoding), as CommonArgs or as all of KArgs
@@ -333,7 +335,10 @@ def _read_events(trace: KinetoTrace, events: list[KEvent], first: int) -> int:
         if ev.tid is None or not name:
             raise TraceFormatError(trace.path, f"traceEvents[{index}]",
                                    "an event with name, pid and tid")
-        name = ev.name = intern(name)
+        interned = names.get(name)  # (a dict hit costs a sixth of a call to intern)
+        if interned is None:
+            interned = names[name] = intern(name)
+        name = ev.name = interned
         args = ev.args
         if type(args) is raw_type:
             is_full = False
