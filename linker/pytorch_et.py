@@ -349,16 +349,3 @@ def tensor_bytes(value: object) -> int:
             and isinstance(value[5], str)):
         return value[3] * value[4]
     return sum(tensor_bytes(v) for v in value if isinstance(v, list))
-
-
-def tensor_ids(value: object, out: list[int]) -> None:
-    """Append the tensor ids in an ET value (same tensor encoding as :func:`tensor_bytes`)."""
-    if not isinstance(value, list) or not value:
-        return
-    if (len(value) == 6 and type(value[0]) is int and type(value[3]) is int
-            and isinstance(value[5], str)):
-        out.append(value[0])
-        return
-    for v in value:
-        if isinstance(v, list):
-            tensor_ids(v, out)

@@ -132,3 +132,25 @@ def test_texts_kept_in_chunks_are_each_nodes_own(corpus: Path, rel: str) -> None
     own = {n.id: (n.io_text(), n.io_text(outputs=True)) for n in et.nodes}
     et.release_raw(list(et.nodes), [])
     assert {n.id: (n.io_text(), n.io_text(outputs=True)) for n in et.nodes} == own
+
+
+@pytest.mark.parametrize("rel", ["pytorch/a100_simple_add/host_et.json.gz",
+                                 "pytorch/a100_resnet_nccl/host_et.json.gz",
+                                 "pytorch/rtx2080_linear/host_et.json.gz",
+                                 "pytorch/v100_dlrm_8rank/dlrm_eg_3.json.gz"])
+def test_tensor_ids_one_per_tensor_type_from_raw_and_kept_text(corpus: Path, rel: str) -> None:
+    """Data edges follow the tensor ids of a node's inputs and outputs: one id per tensor the
+    ET's ``types`` name ("Tensor(float)", "GenericList[Tensor(float),Tensor(float)]"), the
+    same read from the raw file as from the text kept once the file's bytes are released."""
+    et = read_host_et(corpus / rel)
+    from_raw = {n.id: (n.tensor_ids(), n.tensor_ids(outputs=True)) for n in et.nodes}
+    with_tensors = 0
+    for node in et.nodes:
+        for outputs in (False, True):
+            ids = from_raw[node.id][outputs]
+            assert all(type(i) is int for i in ids)
+            assert len(ids) == node.io_text(outputs)[2].count("Tensor("), (node.id, outputs)
+            with_tensors += bool(ids)
+    assert with_tensors > len(et.nodes) // 4
+    et.release_raw(et.nodes, [])
+    assert {n.id: (n.tensor_ids(), n.tensor_ids(outputs=True)) for n in et.nodes} == from_raw
