@@ -32,7 +32,7 @@ cdef class NodeEncoder:
     cpdef head(self, bytearray buf, object node_id, bytes name_field, object ctrl_deps,
                object data_deps, object start_micros, object duration_micros)
     @cython.locals(value_bytes=bytes, shape_bytes=bytes, type_bytes=bytes, size=Py_ssize_t)
-    cpdef io(self, bytearray buf, bint inputs, str values, str shapes, str types)
+    cpdef io(self, bytearray buf, bint inputs, object values, object shapes, object types)
     cpdef attr(self, bytearray buf, str name, object value)
     cpdef int_attr(self, bytearray buf, str name, object value, str oneof=*)
     cpdef timing(self, bytearray buf, str unit, object start, object duration)

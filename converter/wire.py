@@ -192,10 +192,13 @@ class NodeEncoder:
             buf += _DURATION
             _put_varint(buf, duration_micros)
 
-    def io(self, buf: bytearray, inputs: bool, values: str, shapes: str, types: str) -> None:
+    def io(self, buf: bytearray, inputs: bool, values: str | bytes, shapes: str | bytes,
+           types: str | bytes) -> None:
         """The Node ``inputs`` (or ``outputs``) field; written even when empty, as a set
-        message field is."""
-        value_bytes, shape_bytes, type_bytes = values.encode(), shapes.encode(), types.encode()
+        message field is. Each member is a str or its UTF-8 bytes."""
+        value_bytes = values.encode() if type(values) is str else values
+        shape_bytes = shapes.encode() if type(shapes) is str else shapes
+        type_bytes = types.encode() if type(types) is str else types
         size = 0
         for data in (value_bytes, shape_bytes, type_bytes):
             if data:  # each member's key is one byte

@@ -77,11 +77,13 @@ class CommInfo:
 
 @dataclass  # slotted by linker/model.pxd when compiled (a C class)
 class TensorIO:
-    """Inputs or outputs as the Chakra ``IOInfo`` strings (JSON text, as the ET has them)."""
+    """Inputs or outputs as the Chakra ``IOInfo`` strings: JSON text, as the ET has it, as a
+    str or as its UTF-8 bytes (a PyTorch ET's text stays the bytes the file has, which the
+    writer copies as they are)."""
 
-    values: str = ""
-    shapes: str = ""
-    types: str = ""
+    values: str | bytes = ""
+    shapes: str | bytes = ""
+    types: str | bytes = ""
 
 
 @dataclass  # slotted by linker/model.pxd when compiled (a C class)

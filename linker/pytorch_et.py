@@ -26,7 +26,7 @@ import msgspec
 from chakra_hooks.errors import TraceFormatError
 from chakra_hooks.linker import pytorch_et_nodes
 from chakra_hooks.linker.jsonio import decode, read_bytes
-from chakra_hooks.linker.pytorch_et_nodes import NULL, EtNode, IORaw, as_text
+from chakra_hooks.linker.pytorch_et_nodes import NULL, EtNode, IORaw, as_json
 
 KNOWN_SCHEMAS = ("1.0.1", "1.0.2", "1.0.3", "1.0.4", "1.1.0", "1.1.1")
 USER_SCOPE = 7  # RecordScope::USER_SCOPE: record_function annotations and the ET roots
@@ -160,7 +160,7 @@ def _keep_texts(nodes: list[EtNode]) -> None:
                 node.keep_io(True, False)
             continue
         # None: no inputs (or outputs) member at all, io_text decides
-        texts = [None if io is None else as_text(io.values, io.shapes, io.types) for io in ios]
+        texts = [None if io is None else as_json(io.values, io.shapes, io.types) for io in ios]
         for index, node in enumerate(part):
             inputs, outputs = texts[2 * index], texts[2 * index + 1]
             if inputs is None or outputs is None:

@@ -25,7 +25,6 @@ class EtIO:
 
 NULL = msgspec.Raw(b"null")
 _GPU_RE = re.compile(rb'"(?:cuda|hip)')
-_GPU_TEXT_RE = re.compile(_GPU_RE.pattern.decode())
 
 
 class IORaw(msgspec.Struct):
@@ -74,7 +73,7 @@ class EtNode(msgspec.Struct, gc=False):
     children: object = _internal("children", ())  # a list once the node has one
     cached_in: object = _internal("cached_in")
     cached_out: object = _internal("cached_out")
-    cached_text: object = _internal("cached_text")  # ((in values, shapes, types), (out ...))
+    cached_text: object = _internal("cached_text")  # ((in values, shapes, types), (out ...)): as_json
 
     @property
     def inputs(self) -> EtIO:
@@ -88,8 +87,9 @@ class EtNode(msgspec.Struct, gc=False):
             self.cached_out = _io(self.raw_outputs, self.output_shapes, self.output_types)
         return self.cached_out
 
-    def io_text(self, outputs: bool = False) -> tuple[str, str, str]:
-        """(values, shapes, types) as the JSON text the file has, without decoding values."""
+    def io_text(self, outputs: bool = False) -> tuple[bytes, bytes, bytes]:
+        """(values, shapes, types) as the JSON text the file has (bytes: see :func:`as_json`),
+        without decoding values."""
         if self.cached_text is not None:
             return self.cached_text[outputs]
         raw = self.raw_outputs if outputs else self.raw_inputs
@@ -100,7 +100,7 @@ class EtNode(msgspec.Struct, gc=False):
             parts = (raw, self.output_shapes, self.output_types)
         else:
             parts = (raw, self.input_shapes, self.input_types)
-        return as_text(*parts)
+        return as_json(*parts)
 
     def tensor_ids(self, outputs: bool = False) -> list[int]:
         """Ids of the tensors among the inputs (or outputs), in order (see
@@ -119,9 +119,8 @@ class EtNode(msgspec.Struct, gc=False):
 
     def on_gpu(self) -> bool:
         """Whether any input tensor lives on a CUDA / HIP device."""
-        if self.cached_text is not None:
-            return _GPU_TEXT_RE.search(self.cached_text[0][0]) is not None
-        return _GPU_RE.search(self.raw_inputs) is not None
+        values = self.cached_text[0][0] if self.cached_text is not None else self.raw_inputs
+        return _GPU_RE.search(values) is not None
 
     def keep_io(self, text: bool, decoded: bool) -> None:
         """Copy out what will be read of the inputs / outputs before the raw file goes."""
@@ -143,12 +142,16 @@ def _io(raw: msgspec.Raw, shapes: msgspec.Raw, types: msgspec.Raw) -> EtIO:
     return EtIO(value or [], loads(shapes) or [], loads(types) or [])
 
 
-def as_text(values: msgspec.Raw, shapes: msgspec.Raw, types: msgspec.Raw) -> tuple[str, str, str]:
-    """An IO's (values, shapes, types) as JSON text; a member the ET leaves out is ``[]``."""
+def as_json(values: msgspec.Raw, shapes: msgspec.Raw, types: msgspec.Raw
+            ) -> tuple[bytes, bytes, bytes]:
+    """An IO's (values, shapes, types) as the JSON text the file has, copied out of the file's
+    bytes; a member the ET leaves out is ``[]``. Kept as bytes, not str: the writer puts
+    these bytes in the Chakra node as they are (a str would be decoded here and encoded again
+    there), and a bytes object is smaller than the str."""
     null = NULL
-    return (str(values, "utf-8") if values is not null else "[]",
-            str(shapes, "utf-8") if shapes is not null else "[]",
-            str(types, "utf-8") if types is not null else "[]")
+    return (bytes(values) if values is not null else b"[]",
+            bytes(shapes) if shapes is not null else b"[]",
+            bytes(types) if types is not null else b"[]")
 
 
 def collect_tensor_ids(value: object, out: list[int]) -> None:

@@ -149,7 +149,7 @@ def test_tensor_ids_one_per_tensor_type_from_raw_and_kept_text(corpus: Path, rel
         for outputs in (False, True):
             ids = from_raw[node.id][outputs]
             assert all(type(i) is int for i in ids)
-            assert len(ids) == node.io_text(outputs)[2].count("Tensor("), (node.id, outputs)
+            assert len(ids) == node.io_text(outputs)[2].count(b"Tensor("), (node.id, outputs)
             with_tensors += bool(ids)
     assert with_tensors > len(et.nodes) // 4
     et.release_raw(et.nodes, [])
