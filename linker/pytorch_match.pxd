@@ -9,7 +9,11 @@ from chakra_hooks.linker.layouts cimport EtNode, KEvent
 cpdef dict index_threads(list host)
 
 
-cpdef tuple _entry_order(KEvent ev)
+@cython.locals(ev=KEvent, count=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t)
+cpdef object _longer_first_at_equal_starts(list events)
+
+
+cpdef object _longest_first(KEvent ev)
 
 
 @cython.locals(ev=KEvent, node=EtNode, index=dict, out=dict)

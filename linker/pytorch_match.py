@@ -54,9 +54,11 @@ def index_threads(host: list[KEvent]) -> dict[tuple, KThread]:
     threads = {}
     for key, events in groups.items():
         # Entry order: earlier start first; at equal starts the longer (enclosing) range first.
-        # (One sort with a key tuple: the events come nearly in that order already, which
-        # timsort makes linear; sorting by duration first would scramble them.)
-        events.sort(key=_entry_order)
+        # (By start, then the runs of equal starts by duration: the events come nearly in
+        # start order already, which timsort makes linear; sorting by duration first would
+        # scramble them, and a key tuple per event cost more than the whole sort.)
+        events.sort(key=_START)
+        _longer_first_at_equal_starts(events)
         stack: list[KEvent] = []
         ends: list[int] = []  # where each range on the stack ends (read once, not per test)
         for ev in events:
@@ -71,8 +73,30 @@ def index_threads(host: list[KEvent]) -> dict[tuple, KThread]:
     return threads
 
 
-def _entry_order(ev: KEvent) -> tuple:
-    return (ev.start, -ev.dur)
+_START = attrgetter("start")
+
+
+def _longer_first_at_equal_starts(events: list[KEvent]) -> None:
+    """In events sorted by start, each run of equal starts sorted longest first (stable:
+    with the sort by start, a stable sort by (start, -dur))."""
+    count = len(events)
+    i = 0
+    while i < count - 1:
+        ev = events[i]
+        start = ev.start
+        j = i + 1
+        while j < count:
+            ev = events[j]
+            if ev.start != start:
+                break
+            j += 1
+        if j - i > 1:
+            events[i:j] = sorted(events[i:j], key=_longest_first)
+        i = j
+
+
+def _longest_first(ev: KEvent) -> int:
+    return -ev.dur
 
 
 @dataclass(slots=True)

@@ -325,3 +325,27 @@ def test_kineto_only_forward_backward_edges(corpus: Path, resnet: LinkedTrace) -
     assert len([e for e in trace.edges if e.kind == EdgeKind.DATA]) == 543
     assert data == with_et
     _check_edges(trace)
+
+
+def test_host_ranges_in_entry_order_and_nested() -> None:
+    """Host ranges of a thread go in entry order (earlier start first; at equal starts the
+    longer, enclosing range first, else file order) and each gets the innermost range open
+    around it as parent: here with many equal starts, as nested annotations have."""
+    import random
+
+    from chakra_hooks.linker.kineto_events import KEvent
+    from chakra_hooks.linker.pytorch_match import index_threads
+
+    rng = random.Random(7)
+    host = [KEvent(f"op{i}", "cpu_op", "X", pid=1, tid=1 + i % 2, start=rng.randrange(0, 40) * 10,
+                   dur=rng.randrange(0, 4) * 10) for i in range(3000)]
+    threads = index_threads(list(host))
+    for tid in (1, 2):
+        mine = [ev for ev in host if ev.tid == tid]
+        expected = sorted(mine, key=lambda ev: (ev.start, -ev.dur))  # stable: file order
+        assert [id(ev) for ev in threads[(1, tid)].events] == [id(ev) for ev in expected]
+        for ev in expected:
+            parent = ev.parent
+            if parent is not None:
+                assert parent.start <= ev.start and ev.start < parent.start + parent.dur
+    assert sum(len(th.events) for th in threads.values()) == len(host)
