@@ -3,6 +3,7 @@
 # written as C struct members, and their containers as the builtin types they are.
 cimport cython
 from chakra_hooks.linker.layouts cimport EtNode
+from chakra_hooks.linker.pytorch_et_nodes cimport as_json
 
 
 @cython.locals(node=EtNode)
@@ -13,7 +14,8 @@ cpdef object _drop_raws(list nodes)
 cpdef object _keep_texts(list nodes)
 
 
-@cython.locals(node=EtNode, part=list, index=Py_ssize_t, lo=Py_ssize_t)
+@cython.locals(node=EtNode, part=list, index=Py_ssize_t, lo=Py_ssize_t, names=dict, at=Py_ssize_t,
+               std=bint)
 cpdef object _finish_nodes(list nodes, object path)
 
 

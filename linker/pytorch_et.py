@@ -223,16 +223,17 @@ def _finish_nodes(nodes: list[EtNode], path: Path) -> None:
     decoded with the file (_EtNodeStd) are decoded CHUNK nodes at a time, in one decoder call
     per chunk (their slices joined)."""
     null, no_attrs = NULL, _NO_ATTRS
+    names: dict[str, str] = {}  # name -> the interned name (a dict hit costs less than intern)
     decoded = bool(nodes) and type(nodes[0]) is _EtNodeStd
     for lo in range(0, len(nodes), CHUNK):
         part = nodes[lo:lo + CHUNK]
-        if decoded:
-            lists, finish = None, _set_std_attrs
-        else:
+        lists, std = None, True  # this chunk's attrs lists when decoded here, and their kind
+        if not decoded:
             raws = [n.attr_raw for n in part if n.attr_raw is not null]
-            std = _decode_std_chunk(raws)
-            lists = iter(std if std is not None else _decode_attr_chunk(part, raws, lo, path))
-            finish = _set_std_attrs if std is not None else _set_attrs
+            lists = _decode_std_chunk(raws)
+            if lists is None:
+                lists, std = _decode_attr_chunk(part, raws, lo, path), False
+        at = 0  # the next list of `lists`
         for index, node in enumerate(part, lo):
             parent = node.ctrl_deps
             if parent is None:
@@ -241,14 +242,24 @@ def _finish_nodes(nodes: list[EtNode], path: Path) -> None:
                 _finish_node(node, index, path)  # raises the error
             node.parent = parent
             node.attrs = no_attrs
-            node.name = intern(node.name)
+            name = node.name
+            interned = names.get(name)
+            if interned is None:
+                interned = names[name] = intern(name)
+            node.name = interned
             attr_list = node.attr_raw
-            if attr_list is not null:
-                node.attr_raw = null
-                if lists is not None:
-                    finish(node, next(lists))
-                elif attr_list:
-                    finish(node, attr_list)
+            if attr_list is null:
+                continue
+            node.attr_raw = null
+            if lists is not None:
+                attr_list = lists[at]
+                at += 1
+            elif not attr_list:
+                continue
+            if std:
+                _set_std_attrs(node, attr_list)
+            else:
+                _set_attrs(node, attr_list)
 
 
 def _set_std_attrs(node: EtNode, attr_list: list[_Std]) -> None:
