@@ -5,7 +5,8 @@
 # written as C struct members.
 cimport cython
 from chakra_hooks.linker.layouts cimport EtNode, KEvent
-from chakra_hooks.linker.model cimport Op
+from chakra_hooks.linker.model cimport Edge, Op
+from chakra_hooks.linker.pytorch_match cimport KThread
 
 
 @cython.locals(node=EtNode, root=EtNode, n=EtNode, stack=list, tops=list, pg_inits=list,
@@ -26,7 +27,7 @@ cdef class _Linker:
     cpdef object _choose_window(self)
 
     @cython.locals(ev=KEvent, runtime=KEvent, inner=KEvent, anc=KEvent, out=list,
-                   runtime_by_corr=dict)
+                   runtime_by_corr=dict, th=KThread)
     cpdef list _prelink_device(self)
 
     @cython.locals(node=EtNode, op=Op, top_uid=dict)
@@ -46,6 +47,9 @@ cdef class _Linker:
 
     @cython.locals(op=Op, edges=list)
     cpdef object _order_edges(self)
+
+    @cython.locals(op=Op, e=Edge, launched=set)
+    cpdef object _finish(self)
 
     @cython.locals(op=Op)
     cpdef Op _add(self, object name, object kind, object on_device, object lane, KEvent ev)

@@ -530,20 +530,28 @@ class _Linker:
         pytorch_edges.prune_edges(self)
         trace, et, kt = self.trace, self.et, self.kt
         trace.groups = self.groups.table()
-        device = [op for op in self.ops if op.on_device and op.lane.startswith("stream:")]
-        launched = {e.dst for e in self.edges if e.kind == _LAUNCH}
+        launched = set()  # (plain loops, not comprehensions: the compiled build types `e`, `op`)
+        for e in self.edges:
+            if e.kind == _LAUNCH:
+                launched.add(e.dst)
+        device_ops = device_linked = device_time = 0
+        for op in self.ops:
+            if op.on_device and op.lane.startswith("stream:"):
+                device_ops += 1
+                device_linked += op.uid in launched
+                device_time += op.dur_ps or 0
         stats = trace.stats
         stats["ops"] = len(self.ops)
         stats["edges"] = len(self.edges)
-        stats["device_ops"] = len(device)
-        stats["device_linked"] = sum(1 for op in device if op.uid in launched)
-        stats["device_time_ps"] = sum(op.dur_ps or 0 for op in device)
+        stats["device_ops"] = device_ops
+        stats["device_linked"] = device_linked
+        stats["device_time_ps"] = device_time
         stats["window_applied"] = int(self.window is not None)
         if kt is not None:
             stats["kineto_device_events"] = len(kt.device)
             stats["input_bytes"] = stats.get("input_bytes", 0) + kt.raw_bytes
             trace.metadata.update(kineto_file=kt.path.name, kineto_events=kt.events_total)
-            pids = sorted(p for p in kt.pids if type(p) is int)
+            pids = sorted([p for p in kt.pids if type(p) is int])
             if pids:
                 trace.metadata["kineto_pid"] = pids[0]
         if et is not None:

@@ -1,11 +1,20 @@
 # Declarations for the compiled build only (setup.py; the .py runs unchanged without them):
 # Kineto events and ET nodes as KEvent / EtNode (linker/layouts.pxd), so that the matching
-# loops read and write their fields as C struct members.
+# loops read and write their fields as C struct members; a thread's ranges as a C class, so
+# that finding the range open around a launch (once per device op) is a direct call.
 cimport cython
 from chakra_hooks.linker.layouts cimport EtNode, KEvent
 
 
-@cython.locals(ev=KEvent, events=list, stack=list, ends=list, threads=dict)
+cdef class KThread:
+    cdef public object key
+    cdef public list events, starts
+
+    @cython.locals(i=Py_ssize_t, ev=KEvent)
+    cpdef KEvent innermost(self, object t)
+
+
+@cython.locals(ev=KEvent, events=list, stack=list, ends=list, threads=dict, starts=list)
 cpdef dict index_threads(list host)
 
 

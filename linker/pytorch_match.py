@@ -29,7 +29,7 @@ MAX_STARTS = 256  # starts tried per thread
 SCORE_PREFIX = 4096  # ET nodes aligned to score one start
 
 
-@dataclass(slots=True)
+@dataclass  # slotted by linker/pytorch_match.pxd when compiled (a C class)
 class KThread:
     """Host ranges of one Kineto thread, in entry order, with their nesting filled in."""
 
@@ -69,7 +69,10 @@ def index_threads(host: list[KEvent]) -> dict[tuple, KThread]:
             ev.parent = stack[-1] if stack else None
             stack.append(ev)
             ends.append(start + ev.dur)
-        threads[key] = KThread(key, events, [e.start for e in events])
+        starts = []
+        for ev in events:
+            starts.append(ev.start)
+        threads[key] = KThread(key, events, starts)
     return threads
 
 
