@@ -3,7 +3,7 @@
 They live apart from the reader so that compiled modules, the reader included, can read and
 write a :class:`KEvent`'s fields directly in C (linker/layouts.pxd declares its memory layout:
 a msgspec struct keeps its fields in fixed slots, like ``__slots__``); a module cannot declare
-the layout of a class it defines itself. To Python this is a plain module.
+the layout of a class it defines itself.
 """
 
 from __future__ import annotations
@@ -79,6 +79,7 @@ class CommonArgs(msgspec.Struct, frozen=True, gc=False):
 _COMMON = frozenset(f.name for f in msgspec.structs.fields(CommonArgs))
 for _name in (f.name for f in msgspec.structs.fields(KArgs) if f.name not in _COMMON):
     setattr(CommonArgs, _name, None)
+
 
 class KEvent(msgspec.Struct, gc=False):
     """One Kineto event as decoded; kept ones get ``start`` / ``dur`` in integer ns.

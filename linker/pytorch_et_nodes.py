@@ -4,7 +4,7 @@
 It lives apart from the reader so that compiled modules, the reader included, can read and
 write an :class:`EtNode`'s fields directly in C (linker/layouts.pxd declares its memory
 layout: a msgspec struct keeps its fields in fixed slots, like ``__slots__``); a module cannot
-declare the layout of a class it defines itself. To Python this is a plain module.
+declare the layout of a class it defines itself.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 import msgspec
+
 
 @dataclass(slots=True)
 class EtIO:
@@ -28,6 +29,8 @@ _GPU_RE = re.compile(rb'"(?:cuda|hip)')
 
 
 class IORaw(msgspec.Struct):
+    """A 1.0.2+ inputs / outputs object, its members left as raw JSON."""
+
     values: msgspec.Raw = NULL
     shapes: msgspec.Raw = NULL
     types: msgspec.Raw = NULL
