@@ -16,6 +16,6 @@ cpdef object _ns(object value)
 cpdef object _read_events(object trace, list events, Py_ssize_t first)
 
 
-@cython.locals(ev=KEvent, kept=list)
+@cython.locals(ev=KEvent)
 cpdef object _set_args(object trace, list events, Py_ssize_t first, list kept, list raws,
                        object decoder)

@@ -133,7 +133,7 @@ class HostEt:
 
 
 def _drop_raws(nodes: list[EtNode]) -> None:
-    """``drop_raw`` on every node, inlined: this runs on every node of the file."""
+    """Let every node's raw inputs / outputs go (its slices of the file's bytes)."""
     null = NULL
     for node in nodes:
         node.raw_inputs = node.raw_outputs = null

@@ -132,10 +132,6 @@ class EtNode(msgspec.Struct, gc=False):
         if decoded:
             _ = self.inputs, self.outputs
 
-    def drop_raw(self) -> None:
-        self.raw_inputs = self.raw_outputs = NULL
-        self.input_shapes = self.input_types = self.output_shapes = self.output_types = NULL
-
 
 def _io(raw: msgspec.Raw, shapes: msgspec.Raw, types: msgspec.Raw) -> EtIO:
     loads = msgspec.json.decode
