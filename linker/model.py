@@ -137,3 +137,6 @@ class LinkedTrace:
     metadata: dict[str, AttrValue] = field(default_factory=dict)  # copied into GlobalMetadata
     stats: dict[str, float | int] = field(default_factory=dict)  # match rates etc., for summaries
     warnings: list[str] = field(default_factory=list)
+    # Annotation ranges that steps after linking read (vLLM engine steps, KV-cache ranges):
+    # (name, start ps, duration ps, lane). Not written to the ET.
+    annotations: list[tuple[str, int, int, str]] = field(default_factory=list)

@@ -76,8 +76,13 @@ _COPY_KINDS = {"HtoD": OpKind.MEM_LOAD, "DtoH": OpKind.MEM_STORE}
 WINDOW_MIN_OUTSIDE = 0.10  # Kineto ranges outside the ET's span before we cut to its window
 LOW_MATCH = 0.5  # below this match rate a pair is reported as two different runs
 # Annotations that are ops themselves rather than containers: the MoE router annotation our
-# collector writes (linker/routing.py hangs the routing bins on it).
-OPAQUE_ANNOTATIONS = ("moe_routing:",)
+# collector writes (linker/routing.py hangs the routing bins on it), and the KV-cache transfer
+# ranges of the vLLM collector's connector (linker/kv.py makes them MEM_LOAD / MEM_STORE).
+OPAQUE_ANNOTATIONS = ("moe_routing:", "kv:")
+# Annotation ranges kept for the steps after linking (LinkedTrace.annotations): vLLM's
+# per-engine-step annotations and the KV-cache ranges.
+KEPT_ANNOTATIONS = ("execute_", "kv:")
+SIDECARS = (("routing", "chakra_hooks.linker.routing"), ("kv", "chakra_hooks.linker.kv"))
 # A rank's share of its conversion done once each file is read (progress.reached): the ET
 # and the Kineto trace each take about a fifth, linking a quarter, the converter the rest.
 PROGRESS_ET_READ, PROGRESS_KINETO_READ = 0.2, 0.4
@@ -86,14 +91,14 @@ PROGRESS_ET_READ, PROGRESS_KINETO_READ = 0.2, 0.4
 def load(job: RankJob) -> list[LinkedTrace]:
     """Loader entry point (see linker/sources.py)."""
     trace = link(job.files.get("host_et"), job.files.get("kineto"), job.rank)
-    routing = job.files.get("routing")
-    if routing is not None:
-        try:
-            attach = importlib.import_module("chakra_hooks.linker.routing").attach
-        except (ImportError, AttributeError):
-            trace.warnings.append(f"{routing}: routing bins not attached (no routing reader)")
-        else:
-            attach(trace, routing)
+    if trace.annotations:
+        importlib.import_module("chakra_hooks.linker.pytorch_engine_steps").tag(trace)
+    # Sidecars of our collectors: role -> the module whose attach(trace, path) adds them.
+    for role, module in SIDECARS:
+        path = job.files.get(role)
+        if path is not None:
+            importlib.import_module(module).attach(trace, path)
+    trace.annotations = []
     return [trace]
 
 
@@ -110,7 +115,13 @@ def link(host_et_path: Path | None, kineto_path: Path | None, rank: int | None =
         progress.reached(PROGRESS_ET_READ)
         kt = read_kineto(kineto_path) if kineto_path is not None else None
         progress.reached(PROGRESS_KINETO_READ)
-        return _Linker(et, kt, rank, selected).build()
+        trace = _Linker(et, kt, rank, selected).build()
+        if kt is not None:
+            trace.annotations = [
+                (ev.name, ev.start * PS_PER_NS, ev.dur * PS_PER_NS, f"thread:{ev.tid}")
+                for ev in kt.host
+                if ev.cat == "user_annotation" and ev.name.startswith(KEPT_ANNOTATIONS)]
+        return trace
 
 
 class _Linker:

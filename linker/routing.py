@@ -3,7 +3,9 @@
 The PyTorch collector wraps every router call in a ``record_function`` annotation named
 ``moe_router:layer<N>`` and writes the per-expert token counts to a sidecar. :func:`attach`
 adds one op per routing record, placed by its annotation's time: the annotation op when the
-linked trace has one, else the sidecar's own times, which are on Kineto's clock (unix ns).
+linked trace has one, else the annotation's range as Kineto recorded it
+(``LinkedTrace.annotations``: vLLM's engine steps, whose counts the vLLM collector records),
+else the sidecar's own times, which are on Kineto's clock (unix ns).
 
 Routing op: ``name`` ``moe_routing:layer<N>``, kind COMPUTE, on the host (``is_cpu_op``), on
 the router's thread lane, starting when the routing region ends, with ZERO duration (the
@@ -117,9 +119,19 @@ def _attrs(rec: dict) -> dict:
 Region = tuple[Op | None, int | None, int | None]  # annotation op, start ps, end ps
 
 
+def _recorded_ranges(trace: LinkedTrace) -> dict[str, list[tuple[int, int]]]:
+    """Annotation ranges as the device trace recorded them, per name in time order (vLLM's
+    engine steps: the vLLM collector's records name the step they count)."""
+    found: dict[str, list[tuple[int, int]]] = {}
+    for name, start, dur, _lane in sorted(trace.annotations, key=lambda a: a[1]):
+        found.setdefault(name, []).append((start, start + dur))
+    return found
+
+
 def _regions(trace: LinkedTrace, records: list[dict]) -> list[Region]:
     """Per record: (annotation op or None, region start ps, region end ps) on the trace clock."""
     anns = _annotation_ops(trace, {r["annotation"] for r in records})
+    ranges = _recorded_ranges(trace)
     # The sidecar's clock is unix ns, which is what Kineto-based traces are on (in ps).
     on_unix = trace.clock.startswith("kineto:")
     offsets = []
@@ -135,8 +147,11 @@ def _regions(trace: LinkedTrace, records: list[dict]) -> list[Region]:
     offset = 0 if on_unix else (sorted(offsets)[len(offsets) // 2] if offsets else None)
     out = []
     for rec, ann in zip(records, matched):
+        recorded = ranges.get(rec["annotation"], ())
         if ann is not None:
             out.append((ann, ann.start_ps, ann.start_ps + ann.dur_ps))
+        elif rec["occurrence"] < len(recorded):
+            out.append((None, *recorded[rec["occurrence"]]))
         elif offset is not None:
             out.append((None, rec["start_ns"] * 1000 + offset, rec["end_ns"] * 1000 + offset))
         else:
