@@ -55,7 +55,15 @@ C10D_OPS: dict[str, tuple[int, int, int | None]] = {
     "c10d::gather_": (0, 1, None), "c10d::scatter_": (0, 1, None),
     "c10d::barrier": (0, 0, None), "c10d::send": (0, 0, 2), "c10d::recv_": (0, 0, 2),
     "c10d::recv_any_source_": (0, 0, None),
+    # vLLM's own collectives (no c10d op, no record_param_comms): on CPU its shared-memory ops
+    # ``_C::shm_allreduce(int handle, Tensor data)`` and ``_C::shm_all_gather(int handle,
+    # Tensor data, Tensor output)``; on GPUs its ``vllm::all_reduce(Tensor, str group)``
+    # custom op around pynccl or the custom all-reduce kernels.
+    "_C::shm_allreduce": (1, 1, None), "_C::shm_all_gather": (2, 1, None),
+    "vllm::all_reduce": (0, 0, None),
 }
+# Prefixes that name the library, not the collective (compared without '_', lower case).
+_LIBRARY_PREFIXES = ("c10d::", "nccl:", "c::shm", "vllm::")
 
 DTYPE_BYTES = {
     "float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2,
@@ -67,12 +75,18 @@ DTYPE_BYTES = {
 
 def classify(name: str) -> tuple[OpKind, CommType | None] | None:
     """A collective name in any of its spellings -> (kind, type), or None."""
-    key = name.lower().replace("_", "").replace("c10d::", "").replace("nccl:", "")
+    key = name.lower().replace("_", "")
+    for prefix in _LIBRARY_PREFIXES:
+        if key.startswith(prefix):
+            key = key[len(prefix):]
+            break
     return _NAMES.get(key)
 
 
 def kernel_collective(name: str) -> str | None:
     """``ncclDevKernel_AllReduce_Sum_f32_RING_LL(...)`` -> ``AllReduce``; None if not NCCL/RCCL."""
+    if "cross_device_reduce_" in name:  # vLLM's custom all-reduce kernels (1stage / 2stage)
+        return "AllReduce"
     for prefix in ("ncclDevKernel_", "ncclKernel_", "rcclKernel_"):
         at = name.find(prefix)
         if at >= 0:

@@ -242,3 +242,51 @@ def test_unwritable_folder_keeps_vllm_serving(tmp_path, caplog):
     messages = [r.message for r in caplog.records if "chakra-hooks" in r.message]
     assert messages and any("ET observer" in m for m in messages)
     assert blocker.read_text() == "not a folder"
+
+
+TP_SCRIPT = """
+import os, sys
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
+os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "0|1"
+from vllm import LLM, SamplingParams
+
+if __name__ == "__main__":
+    llm = LLM(model=sys.argv[1], tensor_parallel_size=2, enforce_eager=True, dtype="float32",
+              max_model_len=256, kv_cache_memory_bytes=64 << 20, block_size=32,
+              profiler_config={"profiler": "torch", "torch_profiler_dir": sys.argv[2],
+                               "torch_profiler_with_stack": False})
+    llm.start_profile()
+    llm.generate([" ".join(f"w{i}" for i in range(40))],
+                 SamplingParams(max_tokens=3, temperature=0), use_tqdm=False)
+    llm.stop_profile()
+"""
+
+
+@pytest.mark.slow
+def test_tensor_parallel_workers_record_and_agree(tiny_llama, tmp_path):
+    """Two worker processes (vLLM loads the plugin in each): two ranks whose collectives
+    (vLLM's shared-memory all-reduce / all-gather on CPU) agree in type, size and order."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "tp2.py"
+    script.write_text(TP_SCRIPT)
+    folder = tmp_path / "capture"
+    run = subprocess.run([sys.executable, str(script), str(tiny_llama), str(folder)],
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["complete"] and sorted(manifest["ranks"]) == ["0", "1"]
+    result = convert_paths([folder], tmp_path / "chakra", target="astra-sim", progress=False)
+    assert [r.rank for r in result.ranks] == [0, 1]
+    plans = []
+    for rank in (0, 1):
+        et = read_et(tmp_path / "chakra" / f"chakra.{rank}.et")
+        assert validate(f"chakra.{rank}.et", et.metadata, et.nodes, target="astra-sim").ok
+        plans.append([(n.name, a["comm_type"], a["comm_size"]) for n in et.nodes if n.type == 7
+                      for a in [_attrs(n)]])
+    assert plans[0] == plans[1] and len(plans[0]) >= 2 * 2  # per layer, per step
+    names = {name for name, _, _ in plans[0]}
+    assert "_C::shm_allreduce" in names
+    assert all(size > 0 for _, _, size in plans[0])
