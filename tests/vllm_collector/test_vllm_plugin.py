@@ -10,13 +10,16 @@ from pathlib import Path
 
 import pytest
 
-vllm = pytest.importorskip("vllm", reason="vLLM is not installed (run: nox -s vllm)")
+vllm = pytest.importorskip(
+    "vllm", reason="vLLM is not installed here (its tests run in: nox -s vllm)")
 
 from chakra_hooks.converter.etio import read_et  # noqa: E402
 from chakra_hooks.converter.validate import validate  # noqa: E402
 from chakra_hooks.convert import convert_paths  # noqa: E402
 
-PROMPTS = [" ".join(f"w{i}" for i in range(40)), " ".join(f"w{i}" for i in range(100, 117))]
+from tiny_models import prompt  # noqa: E402
+
+PROMPTS = [prompt(0, 40), prompt(100, 17)]
 MAX_TOKENS = 6
 
 
@@ -290,3 +293,63 @@ def test_tensor_parallel_workers_record_and_agree(tiny_llama, tmp_path):
     names = {name for name, _, _ in plans[0]}
     assert "_C::shm_allreduce" in names
     assert all(size > 0 for _, _, size in plans[0])
+
+
+def _kv_config(child: dict):
+    from vllm.config import KVTransferConfig
+
+    return KVTransferConfig(kv_connector="ChakraKVConnector",
+                            kv_connector_module_path="chakra_hooks.collectors.vllm.kv",
+                            kv_role="kv_both", kv_connector_extra_config={"connectors": [child]})
+
+
+def test_kv_measuring_failure_leaves_transfers_alone(tiny_llama, tmp_path, caplog):
+    child = {"kv_connector": "UnmeasurableConnector", "kv_connector_module_path": "connectors",
+             "kv_role": "kv_both",
+             "kv_connector_extra_config": {"shared_storage_path": str(tmp_path / "kv")}}
+    folder = tmp_path / "capture"
+    llm = _profiled_llm(tiny_llama, folder, kv_transfer_config=_kv_config(child),
+                        disable_hybrid_kv_cache_manager=True)
+    try:
+        with caplog.at_level(logging.WARNING, logger="chakra_hooks.collectors.vllm"):
+            llm.start_profile()
+            first = _generate(llm, PROMPTS[:1])
+            llm.reset_prefix_cache()
+            again = _generate(llm, PROMPTS[:1])
+            llm.stop_profile()
+    finally:
+        _shutdown(llm)
+    assert first == again and len(first[0]) == MAX_TOKENS
+    assert list((tmp_path / "kv").rglob("*.safetensors"))  # the child still saved its KV
+    warnings = [r.message for r in caplog.records if "KV-cache records off" in r.message]
+    assert len(warnings) == 1  # logged once, not per call
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["complete"] and "kv" not in manifest["ranks"]["0"]
+
+
+def test_full_disk_keeps_vllm_serving(tiny_llama, tmp_path, caplog):
+    import subprocess
+
+    folder = tmp_path / "small"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", str(folder)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs to fill up: {mounted.stderr.strip()}")
+    try:
+        llm = _profiled_llm(tiny_llama, folder)
+        try:
+            with caplog.at_level(logging.WARNING, logger="chakra_hooks.collectors.vllm"):
+                llm.start_profile()
+                _generate(llm)
+                llm.stop_profile()
+            after = _generate(llm)  # still serving
+        finally:
+            _shutdown(llm)
+        assert all(len(t) == MAX_TOKENS for t in after)
+        assert any("host ET" in r.message for r in caplog.records)
+        # Nothing half-written of ours: no temporary file, no truncated ET left behind.
+        assert not [p for p in folder.iterdir() if p.name.startswith(".")]
+        assert not list(folder.glob("*.et.json*"))
+    finally:
+        subprocess.run(["umount", str(folder)], check=False)

