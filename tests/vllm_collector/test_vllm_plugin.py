@@ -217,9 +217,10 @@ def test_stop_without_start_does_nothing(tmp_path):
     assert not (tmp_path / "never").exists()
 
 
-def test_remote_profiler_folder_is_left_to_vllm(caplog):
+def test_remote_profiler_folder_is_left_to_vllm(caplog, tmp_path, monkeypatch):
     import torch
 
+    monkeypatch.chdir(tmp_path)  # torch's trace handler writes "s3:/..." as a local path
     wrapper = _wrapper("s3://bucket/traces")
     with caplog.at_level(logging.WARNING, logger="chakra_hooks.collectors.vllm"):
         wrapper._start()  # vLLM's own start; ours must step aside
