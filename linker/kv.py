@@ -30,10 +30,10 @@ from __future__ import annotations
 import bisect
 from pathlib import Path
 
-import orjson
 
 from chakra_hooks.errors import TraceFormatError
 from chakra_hooks.linker.model import PS_PER_NS, Edge, EdgeKind, LinkedTrace, Op, OpKind
+from chakra_hooks.linker.sidecars import read_records
 
 KV_FORMAT = "chakra-hooks-kv/1"
 _KINDS = {"load": OpKind.MEM_LOAD, "store": OpKind.MEM_STORE,
@@ -44,22 +44,8 @@ _REQUIRED = ("kind", "range", "layer", "bytes", "start_ns", "end_ns", "tid")
 
 def read_sidecar(path: Path) -> list[dict]:
     """The records of a KV sidecar; TraceFormatError for anything else."""
-    path = Path(path)
-    try:
-        doc = orjson.loads(path.read_bytes())
-    except OSError as exc:
-        raise TraceFormatError(path, "open", f"a readable file ({exc.strerror})") from exc
-    except orjson.JSONDecodeError as exc:
-        raise TraceFormatError(path, f"byte {exc.pos}", f"JSON ({exc.msg})") from exc
-    if not isinstance(doc, dict) or doc.get("format") != KV_FORMAT:
-        raise TraceFormatError(path, "top level", f"an object with format {KV_FORMAT!r}")
-    records = doc.get("records")
-    if not isinstance(records, list):
-        raise TraceFormatError(path, "records", "a list of KV-cache records")
+    records = read_records(path, KV_FORMAT, "KV-cache records", _REQUIRED)
     for i, rec in enumerate(records):
-        missing = [k for k in _REQUIRED if not isinstance(rec, dict) or k not in rec]
-        if missing:
-            raise TraceFormatError(path, f"record {i}", f"keys {', '.join(missing)}")
         if rec["kind"] not in _KINDS:
             raise TraceFormatError(path, f"record {i}", f"kind one of {', '.join(_KINDS)}")
         if rec["bytes"] is not None and (type(rec["bytes"]) is not int or rec["bytes"] < 0):

@@ -34,10 +34,10 @@ from __future__ import annotations
 import bisect
 from pathlib import Path
 
-import orjson
 
 from chakra_hooks.errors import TraceFormatError
 from chakra_hooks.linker.model import Edge, EdgeKind, LinkedTrace, Op, OpKind
+from chakra_hooks.linker.sidecars import read_records
 
 SIDECAR_FORMAT = "chakra-hooks-routing/1"
 _REQUIRED = ("step", "layer", "num_experts", "top_k", "tokens", "bins", "annotation",
@@ -46,22 +46,8 @@ _REQUIRED = ("step", "layer", "num_experts", "top_k", "tokens", "bins", "annotat
 
 def read_sidecar(path: Path) -> list[dict]:
     """The records of a routing sidecar; TraceFormatError for anything else."""
-    path = Path(path)
-    try:
-        doc = orjson.loads(path.read_bytes())
-    except OSError as exc:
-        raise TraceFormatError(path, "open", f"a readable file ({exc.strerror})") from exc
-    except orjson.JSONDecodeError as exc:
-        raise TraceFormatError(path, f"byte {exc.pos}", f"JSON ({exc.msg})") from exc
-    if not isinstance(doc, dict) or doc.get("format") != SIDECAR_FORMAT:
-        raise TraceFormatError(path, "top level", f"an object with format {SIDECAR_FORMAT!r}")
-    records = doc.get("records")
-    if not isinstance(records, list):
-        raise TraceFormatError(path, "records", "a list of routing records")
+    records = read_records(path, SIDECAR_FORMAT, "routing records", _REQUIRED)
     for i, rec in enumerate(records):
-        missing = [k for k in _REQUIRED if not isinstance(rec, dict) or k not in rec]
-        if missing:
-            raise TraceFormatError(path, f"record {i}", f"keys {', '.join(missing)}")
         bins = rec["bins"]
         if (not isinstance(bins, list) or len(bins) != rec["num_experts"]
                 or not all(type(b) is int for b in bins)):

@@ -26,7 +26,8 @@ from typing import Any
 log = logging.getLogger("chakra_hooks.collectors.vllm")
 
 _PATCHED = "_chakra_hooks_patched"
-_FRONTEND_SUFFIX = ".async_llm"  # vLLM's AsyncLLM names its CPU-only profiler <host>_<pid>.async_llm
+# vLLM's AsyncLLM names its own (CPU-only, whole-session) profiler <host>_<pid>.async_llm.
+_FRONTEND_SUFFIX = ".async_llm"
 _warned: set[str] = set()
 
 

@@ -139,21 +139,10 @@ def test_outputs_pass_both_readers(mixtral_capture, reference_reader, tmp_path):
     assert report.ok, report
 
 
-def test_kv_connector_store_then_load(tiny_llama, tmp_path):
-    from vllm.config import KVTransferConfig
-
-    config = json.loads((tiny_llama / "config.json").read_text())
-    head = config["hidden_size"] // config["num_attention_heads"]
-    slot_bytes = 2 * config["num_key_value_heads"] * head * 4  # K and V, fp32
-    block = 32
-    transfer = KVTransferConfig(
-        kv_connector="ChakraKVConnector",
-        kv_connector_module_path="chakra_hooks.collectors.vllm.kv", kv_role="kv_both",
-        kv_connector_extra_config={"connectors": [
-            {"kv_connector": "ExampleConnector", "kv_role": "kv_both",
-             "kv_connector_extra_config": {"shared_storage_path": str(tmp_path / "kv")}}]})
-    folder = tmp_path / "capture"
-    llm = _profiled_llm(tiny_llama, folder, kv_transfer_config=transfer,
+def _store_then_load(model: Path, folder: Path, transfer) -> tuple[list, list]:
+    """One prompt, the prefix cache emptied, the same prompt again (its KV now comes back
+    from the connector), all inside the profiling window: (first tokens, second tokens)."""
+    llm = _profiled_llm(model, folder, kv_transfer_config=transfer,
                         disable_hybrid_kv_cache_manager=True)
     try:
         llm.start_profile()
@@ -163,6 +152,19 @@ def test_kv_connector_store_then_load(tiny_llama, tmp_path):
         llm.stop_profile()
     finally:
         _shutdown(llm)
+    return first, again
+
+
+def test_kv_connector_store_then_load(tiny_llama, tmp_path):
+    config = json.loads((tiny_llama / "config.json").read_text())
+    head = config["hidden_size"] // config["num_attention_heads"]
+    slot_bytes = 2 * config["num_key_value_heads"] * head * 4  # K and V, fp32
+    block = 32
+    store = {"shared_storage_path": str(tmp_path / "kv")}
+    transfer = _kv_config({"kv_connector": "ExampleConnector", "kv_role": "kv_both",
+                           "kv_connector_extra_config": store})
+    folder = tmp_path / "capture"
+    first, again = _store_then_load(tiny_llama, folder, transfer)
     assert first == again  # the KV loaded back gives the same greedy tokens
     convert_paths([folder], tmp_path / "chakra", progress=False)
     nodes = _nodes(tmp_path / "chakra")
@@ -309,17 +311,8 @@ def test_kv_measuring_failure_leaves_transfers_alone(tiny_llama, tmp_path, caplo
              "kv_role": "kv_both",
              "kv_connector_extra_config": {"shared_storage_path": str(tmp_path / "kv")}}
     folder = tmp_path / "capture"
-    llm = _profiled_llm(tiny_llama, folder, kv_transfer_config=_kv_config(child),
-                        disable_hybrid_kv_cache_manager=True)
-    try:
-        with caplog.at_level(logging.WARNING, logger="chakra_hooks.collectors.vllm"):
-            llm.start_profile()
-            first = _generate(llm, PROMPTS[:1])
-            llm.reset_prefix_cache()
-            again = _generate(llm, PROMPTS[:1])
-            llm.stop_profile()
-    finally:
-        _shutdown(llm)
+    with caplog.at_level(logging.WARNING, logger="chakra_hooks.collectors.vllm"):
+        first, again = _store_then_load(tiny_llama, folder, _kv_config(child))
     assert first == again and len(first[0]) == MAX_TOKENS
     assert list((tmp_path / "kv").rglob("*.safetensors"))  # the child still saved its KV
     warnings = [r.message for r in caplog.records if "KV-cache records off" in r.message]

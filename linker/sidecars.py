@@ -1,0 +1,32 @@
+"""Reading the sidecar files our collectors write beside the traces (routing bins, KV-cache
+records): ``{"format": ..., "records": [{...}, ...]}``, each record with required keys."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+
+from chakra_hooks.errors import TraceFormatError
+
+
+def read_records(path: Path, fmt: str, what: str, required: tuple[str, ...]) -> list[dict]:
+    """The records of a sidecar of format ``fmt``; TraceFormatError naming the file and the
+    record for anything else (``what`` says what a record is, for the message)."""
+    path = Path(path)
+    try:
+        doc = orjson.loads(path.read_bytes())
+    except OSError as exc:
+        raise TraceFormatError(path, "open", f"a readable file ({exc.strerror})") from exc
+    except orjson.JSONDecodeError as exc:
+        raise TraceFormatError(path, f"byte {exc.pos}", f"JSON ({exc.msg})") from exc
+    if not isinstance(doc, dict) or doc.get("format") != fmt:
+        raise TraceFormatError(path, "top level", f"an object with format {fmt!r}")
+    records = doc.get("records")
+    if not isinstance(records, list):
+        raise TraceFormatError(path, "records", f"a list of {what}")
+    for i, rec in enumerate(records):
+        missing = [k for k in required if not isinstance(rec, dict) or k not in rec]
+        if missing:
+            raise TraceFormatError(path, f"record {i}", f"keys {', '.join(missing)}")
+    return records
