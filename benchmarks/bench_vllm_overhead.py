@@ -6,6 +6,8 @@ CPU, in-process engine, eager):
 - ``off``:        no profiler configured; our plugin loaded (what every user of the package has)
 - ``no-plugin``:  no profiler, and our plugin not loaded (``VLLM_PLUGINS`` allow-list)
 - ``vllm``:       vLLM's own torch profiler recording, without our plugin
+- ``vllm+et``:    the same plus a bare ``ExecutionTraceObserver`` handed to vLLM's profile by
+                  hand (what recording a host ET costs by itself: torch's price)
 - ``ours``:       vLLM's torch profiler recording with our plugin (host ET, routing bins)
 
 Reports tokens/s of ``generate`` (inside the profiling window where there is one), the time of
@@ -28,7 +30,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-MODES = ("no-plugin", "off", "vllm", "ours")
+MODES = ("no-plugin", "off", "vllm", "vllm+et", "ours")
+RESULT = "bench-result: "
 
 
 def _one(mode: str, model: str, folder: str, prompts: int, tokens: int) -> dict:
@@ -38,8 +41,10 @@ def _one(mode: str, model: str, folder: str, prompts: int, tokens: int) -> dict:
     sys.path.insert(0, str(REPO / "tests" / "vllm_collector"))
     from tiny_models import prompt
 
+    if mode == "vllm+et":
+        _hand_made_observer(folder)
     profiler = None
-    if mode in ("vllm", "ours"):
+    if mode in ("vllm", "vllm+et", "ours"):
         profiler = {"profiler": "torch", "torch_profiler_dir": folder,
                     "torch_profiler_with_stack": False}
     llm = LLM(model=model, enforce_eager=True, dtype="float32", max_model_len=256,
@@ -63,9 +68,29 @@ def _one(mode: str, model: str, folder: str, prompts: int, tokens: int) -> dict:
             "written_mb": written / 1e6}
 
 
+def _hand_made_observer(folder: str) -> None:
+    """An ExecutionTraceObserver in vLLM's profile without our plugin (in-process engine)."""
+    from torch.profiler import ExecutionTraceObserver
+    from vllm.profiler.wrapper import TorchProfilerWrapper
+
+    start, stop = TorchProfilerWrapper._start, TorchProfilerWrapper._stop
+
+    def _start(self) -> None:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        self._et = ExecutionTraceObserver().register_callback(f"{folder}/et.json")
+        self._profiler_kwargs["execution_trace_observer"] = self._et
+        start(self)
+
+    def _stop(self) -> None:
+        stop(self)
+        self._et.unregister_callback()
+
+    TorchProfilerWrapper._start, TorchProfilerWrapper._stop = _start, _stop
+
+
 def _run(mode: str, model: str, prompts: int, tokens: int) -> dict:
     env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", HF_HUB_OFFLINE="1")
-    if mode in ("no-plugin", "vllm"):
+    if mode in ("no-plugin", "vllm", "vllm+et"):
         env["VLLM_PLUGINS"] = "none"  # an allow-list naming no installed plugin
     with tempfile.TemporaryDirectory() as folder:
         done = subprocess.run(
@@ -74,7 +99,8 @@ def _run(mode: str, model: str, prompts: int, tokens: int) -> dict:
             env=env, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise SystemExit(f"{mode}: failed:\n{done.stderr[-2000:]}")
-        return json.loads(done.stdout.strip().splitlines()[-1])
+        # vLLM prints its profiler table on stdout: the result is the line after our marker.
+        return json.loads(done.stdout.split(RESULT, 1)[1].splitlines()[0])
 
 
 def main() -> None:
@@ -87,7 +113,8 @@ def main() -> None:
     ap.add_argument("--folder")
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(_one(args.child, args.model, args.folder, args.prompts, args.tokens)))
+        result = _one(args.child, args.model, args.folder, args.prompts, args.tokens)
+        print(RESULT + json.dumps(result))
         return
     sys.path.insert(0, str(REPO / "tests" / "vllm_collector"))
     from tiny_models import build_mixtral
