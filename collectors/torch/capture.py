@@ -136,6 +136,7 @@ class Trace(StepWindow):
         ep_size: int | None = None,
         warmup: bool = True,
         record_shapes: bool = False,
+        routing_training_only: bool = False,
     ) -> None:
         super().__init__(steps)
         self.outdir = Path(outdir)
@@ -148,6 +149,7 @@ class Trace(StepWindow):
         self.ep_size = ep_size
         self.warmup = warmup
         self.record_shapes = record_shapes
+        self.routing_training_only = routing_training_only
         self.complete: bool | None = None  # set when the window has been written
         self.wrote_run_manifest = False
         self._session: _Session | None = None
@@ -212,10 +214,13 @@ class Trace(StepWindow):
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
+        if not os.access(self.outdir, os.W_OK):
+            raise PermissionError(f"cannot write into {self.outdir}")
         et = ExecutionTraceObserver()
         et.register_callback(str(self._tmp(self._et_name(s.rank))))
         if not et.is_registered:
-            raise RuntimeError("another ExecutionTraceObserver is registered in this process")
+            raise RuntimeError("the ExecutionTraceObserver did not register (another one is "
+                               "registered in this process, or its file cannot be opened)")
         s.et = et
         s.prof = profile(activities=activities, execution_trace_observer=et,
                          record_shapes=self.record_shapes)
@@ -228,7 +233,8 @@ class Trace(StepWindow):
         s.prof.start_trace()  # starts the ET observer and Kineto together
         s.started = True
         if self.routing:
-            s.routing = RoutingRecorder(self.models, self.ep_size)
+            s.routing = RoutingRecorder(self.models, self.ep_size,
+                                        training_only=self.routing_training_only)
             s.routing.activate()
 
     def _open_step_rf(self, s: _Session, n: int) -> None:
@@ -380,6 +386,7 @@ def trace(
     Options: ``model`` (module(s) to search for routers; without it every module call in the
     window is checked), ``routing`` (False: no router hooks), ``ep_size`` (expert-parallel
     size for per-EP-rank counts), ``warmup`` (start Kineto one step early; default True),
-    ``record_shapes``.
+    ``record_shapes``, ``routing_training_only`` (count routers only in training-mode forward
+    passes, not in eval-mode calls or activation recomputation).
     """
     return Trace(outdir, steps, ranks, convert, **options)

@@ -10,6 +10,8 @@ Routers are found automatically:
   ``config.expert_model_parallel_size``), returning ``(probs, routing_map)`` with a bool
   ``routing_map`` [tokens, experts]. Detected by class name only: Megatron needs CUDA, so this
   path is exercised here through :func:`register_router` with the same output shape.
+- transformers 4.x sparse MoE blocks (``MixtralSparseMoeBlock`` ... with a ``Linear`` gate),
+  returning ``(hidden_states, router_logits)``: the top-k of the logits.
 - Anything else: :func:`register_router`.
 
 Inside the capture window every router call is wrapped in a ``record_function`` annotation
@@ -37,6 +39,7 @@ annotation name in the window on this rank) identify the annotation event in the
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import threading
@@ -112,7 +115,23 @@ def detect_router(module: Any) -> RouterSpec | None:
         top_k = getattr(module, "top_k", None)
         if isinstance(num_experts, int) and isinstance(top_k, int):
             return RouterSpec(num_experts=num_experts, top_k=top_k)
+    if cls.endswith("SparseMoeBlock") and type(getattr(module, "gate", None)).__name__ == "Linear":
+        # transformers 4.x (Mixtral, Qwen2-MoE, ...): the block's gate is a plain Linear and the
+        # block returns (hidden_states, router_logits); in 5.x the gate is a *TopKRouter
+        # (above) and the block is not counted a second time.
+        num_experts = getattr(module, "num_experts", None)
+        top_k = getattr(module, "top_k", None)
+        if isinstance(num_experts, int) and isinstance(top_k, int):
+            return RouterSpec(num_experts=num_experts, top_k=top_k,
+                              select=functools.partial(_topk_of_logits, top_k=top_k))
     return None
+
+
+def _topk_of_logits(output: Any, top_k: int) -> Any:
+    """The experts a transformers 4.x sparse MoE block chose: top-k of its router logits
+    (the block's own choice, recomputed on the device from the logits it returns)."""
+    logits = output[1] if isinstance(output, (tuple, list)) and len(output) > 1 else None
+    return None if logits is None else logits.topk(top_k, dim=-1).indices
 
 
 def routing_tensor(output: Any) -> Any:
@@ -177,6 +196,10 @@ class RoutingRecorder:
 
     models: list[Any] | None = None
     ep_size: int | None = None
+    # Count only training forward passes: not eval-mode calls (validation inside the window)
+    # and not activation recomputation, which re-runs a forward inside the backward pass
+    # (the autograd engine is then running a graph task on this thread).
+    training_only: bool = False
     step: int = 0
     pending: list[_Pending] = field(default_factory=list)
     _handles: list[Any] = field(default_factory=list)
@@ -252,9 +275,17 @@ class RoutingRecorder:
         m = _LAYER_IN_NAME.search(name)
         return int(m.group(1)) if m else self._calls_in_step
 
+    def _counted(self, mod: Any) -> bool:
+        if not self.training_only:
+            return True
+        import torch
+
+        return bool(mod.training) and torch._C._current_graph_task_id() == -1
+
     def _pre(self, mod: Any, args: Any) -> None:
         try:
-            self._enter(mod)
+            if self._counted(mod):
+                self._enter(mod)
         except Exception as exc:  # a tracing problem must never break the user's forward
             self._fail(exc)
 
