@@ -1,5 +1,24 @@
-"""NeMo (Lightning) hooks: not built yet (no issue asks for them so far).
+"""NeMo / Lightning collector: ``ChakraTraceCallback``, a ``lightning.pytorch.Callback`` that
+records chosen optimizer steps with the PyTorch collector.
 
-Traces that NeMo's profiling callbacks record (``host/rank-N.json`` + ``device/rank-N.json``)
-convert post hoc: ``chakra-hooks convert`` (linker/pytorch_discover.py).
+    from chakra_hooks.collectors.nemo import ChakraTraceCallback
+
+    trainer = Trainer(..., callbacks=[ChakraTraceCallback("runs/x", start_step=10, num_steps=2)])
+
+Importing this package imports neither Lightning nor torch; naming ``ChakraTraceCallback``
+imports Lightning (which the trainer has already).
 """
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["ChakraTraceCallback"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ChakraTraceCallback":
+        from .callback import ChakraTraceCallback
+
+        return ChakraTraceCallback
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
