@@ -66,6 +66,30 @@ def _process_groups() -> list[dict]:
         return []
 
 
+def _megatron_layout() -> dict[str, int]:
+    """Tensor / pipeline / expert / data-parallel ranks and sizes when Megatron-core's
+    parallel_state is initialised (NeMo 2, Megatron-Bridge); {} otherwise. Read only if the
+    job imported Megatron already."""
+    ps = sys.modules.get("megatron.core.parallel_state")
+    try:
+        if ps is None or not ps.model_parallel_is_initialized():
+            return {}
+        out = {}
+        for key, rank, size in (
+                ("tp", "get_tensor_model_parallel_rank", "get_tensor_model_parallel_world_size"),
+                ("pp", "get_pipeline_model_parallel_rank",
+                 "get_pipeline_model_parallel_world_size"),
+                ("ep", "get_expert_model_parallel_rank", "get_expert_model_parallel_world_size"),
+                ("dp", "get_data_parallel_rank", "get_data_parallel_world_size")):
+            if hasattr(ps, rank) and hasattr(ps, size):
+                out[f"{key}_rank"], out[f"{key}_size"] = int(getattr(ps, rank)()), \
+                    int(getattr(ps, size)())
+        return out
+    except Exception as exc:  # a private layout of another Megatron release: no layout
+        log.warning("chakra-hooks: could not read Megatron's parallel layout: %s", exc)
+        return {}
+
+
 def _profiler_enabled() -> bool:
     import torch
 
@@ -330,6 +354,9 @@ class Trace(StepWindow):
             "error": "; ".join(s.errors) or None, "files": files,
             "process_groups": _process_groups(), "clocks": CLOCKS, "pid": os.getpid(),
         }
+        megatron = _megatron_layout()
+        if megatron:
+            entry["megatron"] = megatron
         self.outdir.mkdir(parents=True, exist_ok=True)
         mf.write_rank_manifest(self.outdir, entry)
         expected = [r for r in range(s.world_size) if self.ranks is None or r in self.ranks]

@@ -10,6 +10,8 @@ Routers are found automatically:
   ``config.expert_model_parallel_size``), returning ``(probs, routing_map)`` with a bool
   ``routing_map`` [tokens, experts]. Detected by class name only: Megatron needs CUDA, so this
   path is exercised here through :func:`register_router` with the same output shape.
+- NeMo AutoModel's ``Gate`` (``n_experts``, ``topk``), returning ``(weights, indices,
+  aux_loss)``.
 - transformers 4.x sparse MoE blocks (``MixtralSparseMoeBlock`` ... with a ``Linear`` gate),
   returning ``(hidden_states, router_logits)``: the top-k of the logits.
 - Anything else: :func:`register_router`.
@@ -113,6 +115,12 @@ def detect_router(module: Any) -> RouterSpec | None:
     if cls.lower().endswith("topkrouter"):
         num_experts = getattr(module, "num_experts", None)
         top_k = getattr(module, "top_k", None)
+        if isinstance(num_experts, int) and isinstance(top_k, int):
+            return RouterSpec(num_experts=num_experts, top_k=top_k)
+    if cls in ("Gate", "FakeBalancedGate"):
+        # NeMo AutoModel (nemo_automodel.components.moe.layers): forward returns
+        # (weights, indices [tokens, topk], aux_loss or None).
+        num_experts, top_k = getattr(module, "n_experts", None), getattr(module, "topk", None)
         if isinstance(num_experts, int) and isinstance(top_k, int):
             return RouterSpec(num_experts=num_experts, top_k=top_k)
     if cls.endswith("SparseMoeBlock") and type(getattr(module, "gate", None)).__name__ == "Linear":

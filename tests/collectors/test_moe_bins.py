@@ -215,3 +215,49 @@ def test_batched_indices_count_every_token(tmp_path):
         t.step()
     (rec,) = json.loads((tmp_path / "routing.rank0.json").read_text())["records"]
     assert rec["tokens"] == 6 and rec["bins"] == torch.bincount(ids.flatten(), minlength=5).tolist()
+
+
+class Gate(torch.nn.Module):
+    """The interface of NeMo AutoModel's ``Gate`` (nemo_automodel.components.moe.layers),
+    which needs grouped_gemm / CUDA to import: ``n_experts``, ``topk``, and a forward that
+    returns (weights, indices, aux_loss)."""
+
+    def __init__(self, dim: int = 8, n_experts: int = 6, topk: int = 2) -> None:
+        super().__init__()
+        self.n_experts, self.topk = n_experts, topk
+        self.weight = torch.nn.Parameter(torch.randn(n_experts, dim))
+
+    def forward(self, x, token_mask=None, cp_mesh=None):
+        values, indices = torch.nn.functional.linear(x, self.weight).topk(self.topk, dim=-1)
+        return values.softmax(dim=1), indices, None
+
+
+def test_automodel_gate_is_found_by_itself(tmp_path):
+    torch.manual_seed(2)
+    block = torch.nn.ModuleDict({"gate": Gate()})
+    model = torch.nn.ModuleDict({"layers": torch.nn.ModuleList([block])})
+    chosen = []
+    with ct.trace(tmp_path, steps=[0], model=model) as t:
+        chosen.append(model["layers"][0]["gate"](torch.randn(9, 8))[1])
+        t.step()
+    (rec,) = json.loads((tmp_path / "routing.rank0.json").read_text())["records"]
+    assert (rec["layer"], rec["num_experts"], rec["top_k"], rec["tokens"]) == (0, 6, 2, 9)
+    assert rec["bins"] == torch.bincount(chosen[0].flatten(), minlength=6).tolist()
+
+
+def test_training_only_counts_neither_eval_nor_recomputation(tmp_path):
+    """With routing_training_only: a training forward counts; the same router in eval mode and
+    its re-run by activation checkpointing during backward do not."""
+    torch.manual_seed(3)
+    gate = Gate()
+    ct.register_router(gate, num_experts=6, top_k=2, layer=0)
+    x = torch.randn(5, 8, requires_grad=True)
+    with ct.trace(tmp_path, steps=[0], routing_training_only=True) as t:
+        weights = torch.utils.checkpoint.checkpoint(lambda v: gate(v)[0], x, use_reentrant=False)
+        weights.sum().backward()  # recomputes gate's forward inside the backward pass
+        gate.eval()
+        gate(torch.randn(7, 8))  # validation-style call
+        gate.train()
+        t.step()
+    (rec,) = json.loads((tmp_path / "routing.rank0.json").read_text())["records"]
+    assert rec["tokens"] == 5
