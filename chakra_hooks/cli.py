@@ -1,4 +1,4 @@
-"""The `chakra-hooks` command line: convert, inspect, validate."""
+"""The `chakra-hooks` command line: convert, inspect, validate, stats."""
 
 from __future__ import annotations
 
@@ -64,9 +64,12 @@ def main() -> None:
               help="full: every node kind, for analysis and replay; astra-sim: only what ASTRA-sim runs.")
 @click.option("--json", "write_json", is_flag=True, help="Also write ASTRA-sim's JSON workload twin of each ET.")
 @click.option("--keep-mem", is_flag=True, help="With --target astra-sim: keep MEM_LOAD/MEM_STORE nodes.")
+@click.option("--no-gaps", is_flag=True,
+              help="Ops only: no host_gap nodes for the time between ops (the ET then replays "
+                   "shorter than it ran).")
 @click.option("-j", "--jobs", type=int, default=None, help="Ranks converted in parallel [default: CPU count].")
 def convert(inputs: tuple[str, ...], outdir: str, prefix: str, target: str, write_json: bool,
-            keep_mem: bool, jobs: int | None) -> None:
+            keep_mem: bool, no_gaps: bool, jobs: int | None) -> None:
     """Convert traces (files or folders) into one Chakra ET per rank."""
     from chakra_hooks.convert import convert_paths
 
@@ -74,7 +77,7 @@ def convert(inputs: tuple[str, ...], outdir: str, prefix: str, target: str, writ
         click.echo(f"chakra-hooks: warning: {message}", err=True)
 
     result = convert_paths(inputs, outdir, prefix=prefix, target=target, write_json=write_json,
-                           keep_mem=keep_mem, workers=jobs, warn=warn)
+                           keep_mem=keep_mem, gaps=not no_gaps, workers=jobs, warn=warn)
     click.echo(_table(result))
 
 
@@ -95,6 +98,32 @@ def _table(result) -> str:
         lines.append(f"process groups: {result.comm_group}")
     lines.append(f"wrote {len(result.ranks)} rank(s) to {result.outdir}")
     return "\n".join(lines)
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per file, then the run.")
+def stats(files: tuple[str, ...], as_json: bool) -> None:
+    """How much of the measured window the ETs replay: span, critical path and its make-up
+    (host, device, exposed and overlapped communication, gaps), top ops on it, MoE imbalance,
+    KV-cache bytes."""
+    from chakra_hooks.converter import etio
+    from chakra_hooks.converter import stats as measure
+
+    ranks = []
+    for path in _et_files(files):
+        ranks.append(measure.rank_stats(str(path), etio.read_et(path).nodes))
+    if as_json:
+        for r in ranks:
+            click.echo(orjson.dumps(r.to_json()).decode())
+        span = max((r.span_us for r in ranks), default=0.0)
+        path = max((r.critical_path_us for r in ranks), default=0.0)
+        click.echo(orjson.dumps({"run": {"ranks": len(ranks), "span_us": round(span, 3),
+                                         "critical_path_us": round(path, 3),
+                                         "coverage": round(path / span, 4) if span else 0.0}}
+                                ).decode())
+    else:
+        click.echo(measure.render(ranks))
 
 
 @cli.command()

@@ -92,7 +92,7 @@ def discover(inputs: Sequence[str | os.PathLike], warn: Callable[[str], None]) -
 
 
 def convert_job(job: RankJob, staging: str, prefix: str, target: str, write_json: bool,
-                keep_mem: bool) -> list[RankResult]:
+                keep_mem: bool, gaps: bool = True) -> list[RankResult]:
     """Load one job, build and write its graphs. Runs in a worker process."""
     loader = _resolve(LOADERS[job.format])
     with gc_paused():  # conversion builds millions of objects, none in a reference cycle
@@ -100,15 +100,22 @@ def convert_job(job: RankJob, staging: str, prefix: str, target: str, write_json
         reached(LINKED)
         results = []
         for done, trace in enumerate(traces, 1):
-            results.append(_convert_trace(trace, job, staging, prefix, target, write_json, keep_mem))
+            results.append(_convert_trace(trace, job, staging, prefix, target, write_json, keep_mem,
+                                          gaps))
             reached(LINKED + (1 - LINKED) * done / len(traces))
         return results
 
 
 def _convert_trace(trace: LinkedTrace, job: RankJob, staging: str, prefix: str, target: str, write_json: bool,
-                   keep_mem: bool) -> RankResult:
+                   keep_mem: bool, gaps: bool = True) -> RankResult:
     from chakra_hooks.converter import etio, graph
+    from chakra_hooks.linker.gaps import add_gaps, add_idle_gaps
 
+    # The time between ops, so that the ET replays to the measured span. Not for ASTRA-sim yet:
+    # its analytical backend runs an NPU's compute nodes one after another, so host gaps (and
+    # host ops) that overlapped device work add up there (benchmarks/bench_fidelity.py).
+    if gaps:
+        (add_idle_gaps if target == "astra-sim" else add_gaps)(trace)
     chakra = graph.build_graph(trace, target=target, keep_mem=keep_mem, consume=True)
     path = Path(staging) / f"{prefix}.{trace.rank}.et"
     etio.write_et(path, chakra.metadata, chakra.bodies)
@@ -138,7 +145,7 @@ def _merge_groups(results: list[RankResult]) -> tuple[dict[int, list[int]], list
 
 def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike, *, prefix: str = "chakra",
                   target: str = "full", write_json: bool = False, keep_mem: bool = False,
-                  workers: int | None = None, progress: bool | None = None,
+                  gaps: bool = True, workers: int | None = None, progress: bool | None = None,
                   warn: Callable[[str], None] | None = None) -> ConvertResult:
     """Convert every rank found in ``inputs`` into ``outdir``. Raises TraceFormatError on bad input."""
     warnings: list[str] = []
@@ -156,7 +163,8 @@ def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike
     out.mkdir(parents=True, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".chakra-hooks-", dir=out)
     try:
-        results = _run_jobs(jobs, staging, prefix, target, write_json, keep_mem, workers, progress)
+        results = _run_jobs(jobs, staging, prefix, target, write_json, keep_mem, gaps, workers,
+                            progress)
         _refuse_duplicate_ranks(results, inputs)
         groups, problems = _merge_groups(results)
         for problem in problems:
@@ -279,8 +287,9 @@ def _convert_job_reporting(index: int, job: RankJob, *args: object) -> list[Rank
 
 
 def _run_jobs(jobs: list[RankJob], staging: str, prefix: str, target: str, write_json: bool,
-              keep_mem: bool, workers: int | None, progress_shown: bool | None) -> list[RankResult]:
-    args = (staging, prefix, target, write_json, keep_mem)
+              keep_mem: bool, gaps: bool, workers: int | None, progress_shown: bool | None
+              ) -> list[RankResult]:
+    args = (staging, prefix, target, write_json, keep_mem, gaps)
     workers = min(workers or os.cpu_count() or 1, len(jobs))
     bar = _progress_bar(len(jobs), progress_shown)
     results: list[RankResult] = []

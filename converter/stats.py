@@ -1,0 +1,181 @@
+"""``chakra-hooks stats``: how much of the measured time an ET replays, and where it goes.
+
+Per file (rank):
+- ``span_us``: the recorded window, from the earliest node's start to the latest node's end;
+- ``critical_path_us``: the longest path through the ET's dependencies (data and ctrl), each
+  node taking its measured duration (what a simulator that honours both replays as the time to
+  finish); ``coverage`` = critical path / span;
+- the critical path's time by kind: ``host`` (host COMP nodes), ``device`` (device COMP),
+  ``comm`` (COMM nodes on the path: exposed), ``comm_overlapped_us`` (communication off the
+  path), ``mem`` (MEM nodes), ``gap`` (``host_gap`` nodes: time between ops, see
+  linker/gaps.py);
+- ``top_ops``: the node names that hold most of the critical path;
+- ``moe``: per MoE layer, the worst imbalance over its routing nodes (max / mean tokens per
+  expert); ``kv_bytes``: KV-cache bytes loaded and stored.
+
+Exact times come from the nodes' ``start_ns`` / ``duration_ns`` (or ``_ps``) attributes where
+the converter wrote them, else from the microsecond fields. A node whose duration is unknown
+counts 0.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .attrs import attr_dict, value_of
+from .schema import COMM_COLL, COMM_RECV, COMM_SEND, MEM_LOAD, MEM_STORE, Node
+
+_COMM = frozenset((COMM_COLL, COMM_SEND, COMM_RECV))
+_MEM = frozenset((MEM_LOAD, MEM_STORE))
+GAP_NAME = "host_gap"
+TOP = 10
+
+
+@dataclass
+class RankStats:
+    path: str
+    nodes: int
+    span_us: float
+    critical_path_us: float
+    by_kind_us: dict[str, float]
+    comm_overlapped_us: float
+    top_ops: list[tuple[str, float]]
+    moe: dict[int, float] = field(default_factory=dict)
+    kv_bytes: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def coverage(self) -> float:
+        return self.critical_path_us / self.span_us if self.span_us else 0.0
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "nodes": self.nodes, "span_us": round(self.span_us, 3),
+                "critical_path_us": round(self.critical_path_us, 3),
+                "coverage": round(self.coverage, 4),
+                "critical_path_by_kind_us": {k: round(v, 3) for k, v in self.by_kind_us.items()},
+                "comm_overlapped_us": round(self.comm_overlapped_us, 3),
+                "top_ops": [{"name": n, "us": round(t, 3)} for n, t in self.top_ops],
+                "moe_max_over_mean_by_layer": {str(k): round(v, 3) for k, v in self.moe.items()},
+                "kv_bytes": self.kv_bytes}
+
+
+def node_times(node: Node, attrs: dict) -> tuple[float | None, float]:
+    """(start us or None, duration us) at the finest precision the node carries."""
+    for unit, scale in (("ns", 1e-3), ("ps", 1e-6)):
+        if f"start_{unit}" in attrs:
+            start = value_of(attrs[f"start_{unit}"]) * scale
+            dur = value_of(attrs[f"duration_{unit}"]) * scale if f"duration_{unit}" in attrs else 0.0
+            return start, dur
+    if not node.start_time_micros:  # never set: a node outside time (metadata, untimed)
+        return None, 0.0 if "duration_unknown" in attrs else float(node.duration_micros)
+    if "duration_unknown" in attrs:
+        return float(node.start_time_micros), 0.0
+    return float(node.start_time_micros), float(node.duration_micros)
+
+
+def _kind(node: Node, attrs: dict) -> str:
+    if node.name == GAP_NAME:
+        return "gap"
+    if node.type in _COMM:
+        return "comm"
+    if node.type in _MEM:
+        return "mem"
+    cpu = "is_cpu_op" in attrs and bool(value_of(attrs["is_cpu_op"]))
+    return "host" if cpu else "device"
+
+
+def rank_stats(path: str, nodes: Sequence[Node]) -> RankStats:
+    """Everything above for one ET's nodes."""
+    attrs = {n.id: attr_dict(n) for n in nodes}
+    times = {n.id: node_times(n, attrs[n.id]) for n in nodes}
+    starts = [s for s, _ in times.values() if s is not None]
+    ends = [s + d for s, d in times.values() if s is not None]
+    span = (max(ends) - min(starts)) if starts else 0.0
+    finish, via = critical_path(nodes, {i: d for i, (_, d) in times.items()})
+    length = max(finish.values(), default=0.0)
+    on_path: list[int] = []
+    at = max(finish, key=finish.get) if finish else None
+    while at is not None:
+        on_path.append(at)
+        at = via.get(at)
+    by_node = {n.id: n for n in nodes}
+    by_kind: dict[str, float] = defaultdict(float)
+    by_name: dict[str, float] = defaultdict(float)
+    for nid in on_path:
+        node, dur = by_node[nid], times[nid][1]
+        by_kind[_kind(node, attrs[nid])] += dur
+        by_name[node.name] += dur
+    path_set = set(on_path)
+    overlapped = sum(times[n.id][1] for n in nodes if n.type in _COMM and n.id not in path_set)
+    top = sorted(by_name.items(), key=lambda kv: -kv[1])[:TOP]
+    moe: dict[int, float] = {}
+    kv: dict[str, int] = defaultdict(int)
+    for node in nodes:
+        a = attrs[node.id]
+        if "moe_expert_tokens" in a:
+            bins = list(value_of(a["moe_expert_tokens"]))
+            mean = sum(bins) / len(bins) if bins else 0
+            if mean:
+                layer = int(value_of(a["moe_layer"])) if "moe_layer" in a else -1
+                moe[layer] = max(moe.get(layer, 0.0), max(bins) / mean)
+        if "kv_direction" in a and "tensor_size" in a:
+            kv[str(value_of(a["kv_direction"]))] += int(value_of(a["tensor_size"]))
+    return RankStats(path, len(nodes), span, length,
+                     {k: by_kind.get(k, 0.0) for k in ("host", "device", "comm", "mem", "gap")},
+                     overlapped, top, dict(sorted(moe.items())), dict(kv))
+
+
+def critical_path(nodes: Sequence[Node], dur: dict[int, float]
+                  ) -> tuple[dict[int, float], dict[int, int]]:
+    """Earliest finish of every node (its duration after the latest of its dependencies) and,
+    per node, the dependency that decided its start. Iterative (Kahn): ETs are deep."""
+    deps = {n.id: [d for d in (*n.data_deps, *n.ctrl_deps) if d != n.id] for n in nodes}
+    users: dict[int, list[int]] = defaultdict(list)
+    waiting = {}
+    for nid, ds in deps.items():
+        known = [d for d in ds if d in deps]
+        waiting[nid] = len(known)
+        for d in known:
+            users[d].append(nid)
+    ready = [nid for nid, count in waiting.items() if count == 0]
+    start: dict[int, float] = defaultdict(float)
+    via: dict[int, int] = {}
+    finish: dict[int, float] = {}
+    while ready:
+        nid = ready.pop()
+        finish[nid] = start[nid] + dur.get(nid, 0.0)
+        for user in users.get(nid, ()):
+            if user not in via or finish[nid] > start[user]:
+                start[user], via[user] = finish[nid], nid
+            waiting[user] -= 1
+            if waiting[user] == 0:
+                ready.append(user)
+    return finish, via
+
+
+def render(ranks: list[RankStats]) -> str:
+    lines = []
+    for r in ranks:
+        k = r.by_kind_us
+        lines.append(f"{r.path}: span {r.span_us / 1e3:,.3f} ms, critical path "
+                     f"{r.critical_path_us / 1e3:,.3f} ms ({r.coverage:.1%} of the span)")
+        lines.append(f"  on the path: host {k['host'] / 1e3:,.3f} ms, device "
+                     f"{k['device'] / 1e3:,.3f} ms, communication (exposed) {k['comm'] / 1e3:,.3f}"
+                     f" ms, memory {k['mem'] / 1e3:,.3f} ms, gaps {k['gap'] / 1e3:,.3f} ms; "
+                     f"communication overlapped {r.comm_overlapped_us / 1e3:,.3f} ms")
+        if r.top_ops:
+            tops = ", ".join(f"{name} {t / 1e3:,.3f}" for name, t in r.top_ops[:5])
+            lines.append(f"  top ops on the path (ms): {tops}")
+        if r.moe:
+            worst = max(r.moe.items(), key=lambda kv: kv[1])
+            lines.append(f"  MoE imbalance (max/mean tokens per expert): worst layer "
+                         f"{worst[0]} at {worst[1]:.2f}, {len(r.moe)} layers")
+        if r.kv_bytes:
+            lines.append("  KV cache: " + ", ".join(f"{k} {v:,} B" for k, v in r.kv_bytes.items()))
+    if len(ranks) > 1:
+        span = max(r.span_us for r in ranks)
+        path = max(r.critical_path_us for r in ranks)
+        lines.append(f"run of {len(ranks)} ranks: span {span / 1e3:,.3f} ms, longest critical "
+                     f"path {path / 1e3:,.3f} ms ({path / span:.1%})" if span else "")
+    return "\n".join(lines)

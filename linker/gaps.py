@@ -1,0 +1,133 @@
+"""Time between ops, made explicit: ``host_gap`` ops, so that replaying a linked trace with its
+measured durations and dependencies takes as long as the recorded window did.
+
+A thread is not busy every moment of a step: Python between ops, data loading and waits that
+no profiled op covers take time too (on the corpus's ResNet rank, 356 of the main thread's
+667 ms). An ET without that time replays too fast. Per host lane (and, in traces that recorded
+no host op at all, per device lane: the time a stream sat idle waiting for launches the trace
+does not hold), every stretch where the lane ran no op becomes one op:
+
+- name ``host_gap``, kind COMPUTE, on the lane's side (host or device), measured start and
+  duration, attribute ``gap_ns``; the first gap of a lane starts at the window's start (the
+  earliest op of the trace), so a lane that begins late is not replayed early;
+- edges: the op before it -> gap -> the op after it (HOST_ORDER). A gap is a lower bound on
+  when the next op may start, beside the op's other dependencies, never added on top of them:
+  time the lane spent waiting for another lane or the device (a sync edge) is not counted
+  twice, since a replay takes the later of the two.
+
+Gaps shorter than ``MIN_GAP_PS`` are left out: Chakra durations are whole microseconds and a
+shorter gap would be written as 0 or 1. A consumer that wants ops only drops the nodes named
+``host_gap`` and gives each successor its predecessor's dependencies.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+from chakra_hooks.linker.model import Edge, EdgeKind, LinkedTrace, Op, OpKind
+
+GAP_NAME = "host_gap"
+MIN_GAP_PS = 1_000_000  # 1 us
+
+
+def add_gaps(trace: LinkedTrace, device_idle_only: bool = False) -> int:
+    """Add the gap ops of ``trace`` (module docstring); returns how many.
+
+    ``device_idle_only``: host gaps count only the part of the idle time when no device op ran
+    either, and device lanes get none (for consumers that replay an NPU's compute nodes one
+    after another, where time the device was busy is already there)."""
+    timed = [op for op in trace.ops if op.start_ps is not None and op.dur_ps is not None]
+    if not timed:
+        return 0
+    window_start = min(op.start_ps for op in timed)
+    host_lanes = any(not op.on_device for op in timed)
+    launched = {e.dst for e in trace.edges if e.kind == EdgeKind.LAUNCH}
+    busy = _device_busy(timed) if device_idle_only else []
+    lanes: dict[str, list[Op]] = {}
+    for op in timed:
+        if op.lane.startswith("comm:") or (op.on_device and host_lanes and device_idle_only):
+            continue
+        lanes.setdefault(op.lane, []).append(op)
+    next_uid = max(op.uid for op in trace.ops) + 1
+    added = 0
+    for lane, ops in lanes.items():
+        ops.sort(key=lambda o: (o.start_ps, o.uid))
+        cursor, previous = window_start, None
+        for op in ops:
+            # A device op its host launched waits for that launch: no gap needed before it.
+            idle = 0 if op.on_device and op.uid in launched and host_lanes else \
+                _idle(cursor, op.start_ps, busy)
+            if idle >= MIN_GAP_PS:
+                gap = Op(uid=next_uid, name=GAP_NAME, kind=OpKind.COMPUTE,
+                         on_device=op.on_device, lane=lane, start_ps=cursor, dur_ps=idle,
+                         attrs={"gap_ns": idle // 1000})
+                next_uid += 1
+                added += 1
+                trace.ops.append(gap)
+                if previous is not None:
+                    trace.edges.append(Edge(previous.uid, gap.uid, EdgeKind.HOST_ORDER))
+                trace.edges.append(Edge(gap.uid, op.uid, EdgeKind.HOST_ORDER))
+            end = op.start_ps + op.dur_ps
+            if end >= cursor:
+                cursor, previous = end, op
+    trace.stats["gaps"] = added
+    return added
+
+
+def add_idle_gaps(trace: LinkedTrace) -> int:
+    """Gaps for consumers that run one host op and one device op at a time (ASTRA-sim's
+    analytical backend): only the stretches where nothing at all ran (no host op, no device
+    op, no collective), each as one gap before the op that ended it, on that op's lane. Time a
+    lane spent idle while another worked is already in that other work."""
+    timed = sorted((op for op in trace.ops if op.start_ps is not None and op.dur_ps is not None),
+                   key=lambda o: (o.start_ps, o.uid))
+    if not timed:
+        return 0
+    last_on_lane: dict[str, Op] = {}
+    next_uid = max(op.uid for op in trace.ops) + 1
+    added = 0
+    reach = timed[0].start_ps  # the end of everything that started so far
+    for op in timed:
+        if op.start_ps - reach >= MIN_GAP_PS and not op.lane.startswith("comm:"):
+            gap = Op(uid=next_uid, name=GAP_NAME, kind=OpKind.COMPUTE, on_device=op.on_device,
+                     lane=op.lane, start_ps=reach, dur_ps=op.start_ps - reach,
+                     attrs={"gap_ns": (op.start_ps - reach) // 1000})
+            next_uid += 1
+            added += 1
+            trace.ops.append(gap)
+            previous = last_on_lane.get(op.lane)
+            if previous is not None:
+                trace.edges.append(Edge(previous.uid, gap.uid, EdgeKind.HOST_ORDER))
+            trace.edges.append(Edge(gap.uid, op.uid, EdgeKind.HOST_ORDER))
+        reach = max(reach, op.start_ps + op.dur_ps)
+        last_on_lane[op.lane] = op
+    trace.stats["gaps"] = added
+    return added
+
+
+def _device_busy(ops: list[Op]) -> list[tuple[int, int]]:
+    """The union of the device ops' spans, as sorted disjoint (start, end) intervals."""
+    spans = sorted((op.start_ps, op.start_ps + op.dur_ps) for op in ops if op.on_device)
+    merged: list[tuple[int, int]] = []
+    for start, end in spans:
+        if merged and start <= merged[-1][1]:
+            if end > merged[-1][1]:
+                merged[-1] = (merged[-1][0], end)
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _idle(start: int, end: int, busy: list[tuple[int, int]]) -> int:
+    """How much of [start, end) no interval of ``busy`` covers."""
+    if end <= start:
+        return 0
+    covered = 0
+    i = bisect.bisect_right(busy, (start, float("inf"))) - 1
+    i = max(i, 0)
+    while i < len(busy) and busy[i][0] < end:
+        lo, hi = max(busy[i][0], start), min(busy[i][1], end)
+        if hi > lo:
+            covered += hi - lo
+        i += 1
+    return end - start - covered
