@@ -65,8 +65,8 @@ def node_times(node: Node, attrs: dict) -> tuple[float | None, float]:
     for unit, scale in (("ns", 1e-3), ("ps", 1e-6)):
         if f"start_{unit}" in attrs:
             start = value_of(attrs[f"start_{unit}"]) * scale
-            dur = value_of(attrs[f"duration_{unit}"]) * scale if f"duration_{unit}" in attrs else 0.0
-            return start, dur
+            key = f"duration_{unit}"
+            return start, value_of(attrs[key]) * scale if key in attrs else 0.0
     if not node.start_time_micros:  # never set: a node outside time (metadata, untimed)
         return None, 0.0 if "duration_unknown" in attrs else float(node.duration_micros)
     if "duration_unknown" in attrs:
