@@ -4,7 +4,7 @@ A tiny Hugging Face Mixtral (tests/nemo_collector/lightning_job.py) trained by L
 CPU process, gradient accumulation 2, 12 optimizer steps; steps 4 and 5 recorded. Modes, each in
 a fresh process: ``none`` (no callback), ``nemo`` (NeMo's callback, CPU activity only, same
 window), ``ours``. Reports the median optimizer-step time outside the window and inside it, and
-the time of the step that ends the window (where files are written); median of ``--trials``
+the time of the step that ends the window (where files are written), before and after it; median of ``--trials``
 processes per mode. Needs the ``nemo`` nox session's environment::
 
     .nox/nemo/bin/python benchmarks/bench_nemo_overhead.py --trials 3
@@ -59,9 +59,11 @@ def _child(mode: str, folder: str) -> dict:
     trainer.fit(job.TinyMixtral(), job.loader())
     steps = [b - a for a, b in zip([t0] + ends, ends)]
     window = steps[START:START + NUM]
-    outside = steps[1:START - 1] + steps[START + NUM + 1:]  # not the first, not the edges
-    return {"outside_s": statistics.median(outside), "window_s": statistics.median(window),
-            "edge_s": steps[START + NUM] if len(steps) > START + NUM else 0.0}
+    # Not the first step (start-up), not the steps at the window's edges.
+    return {"before_s": statistics.median(steps[1:START - 1]),
+            "window_s": statistics.median(window),
+            "edge_s": steps[START + NUM] if len(steps) > START + NUM else 0.0,
+            "after_s": statistics.median(steps[START + NUM + 1:])}
 
 
 def _run(mode: str) -> dict:
@@ -88,11 +90,12 @@ def main() -> None:
             results[mode].append(_run(mode))
     print(f"optimizer-step time, tiny Mixtral, 1 CPU process, accumulation 2, window steps "
           f"{START}-{START + NUM - 1}; median of {args.trials} processes per mode")
-    print(f"{'mode':<6} {'outside ms':>11} {'in window ms':>13} {'window end ms':>14}")
+    print(f"{'mode':<6} {'before ms':>10} {'in window ms':>13} {'window end ms':>14} "
+          f"{'after ms':>9}")
     for mode, runs in results.items():
         med = {k: statistics.median(r[k] for r in runs) * 1e3 for k in runs[0]}
-        print(f"{mode:<6} {med['outside_s']:>11.1f} {med['window_s']:>13.1f} "
-              f"{med['edge_s']:>14.1f}")
+        print(f"{mode:<6} {med['before_s']:>10.1f} {med['window_s']:>13.1f} "
+              f"{med['edge_s']:>14.1f} {med['after_s']:>9.1f}")
 
 
 if __name__ == "__main__":
