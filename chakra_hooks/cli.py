@@ -48,11 +48,20 @@ def cli() -> None:
 
 
 def main() -> None:
-    """Entry point: bad input ends in one line on stderr and exit status 1, never a traceback."""
+    """Entry point: bad input ends in one line on stderr and exit status 1, never a traceback;
+    Ctrl-C in exit status 130, the shell's convention (click's own would be 1)."""
     try:
-        cli()
+        code = cli.main(standalone_mode=False)
     except (TraceFormatError, FileNotFoundError) as exc:
         _fail(str(exc))
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        click.echo("chakra-hooks: interrupted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    else:
+        sys.exit(code if isinstance(code, int) else 0)
 
 
 @cli.command()
@@ -64,12 +73,15 @@ def main() -> None:
               help="full: every node kind, for analysis and replay; astra-sim: only what ASTRA-sim runs.")
 @click.option("--json", "write_json", is_flag=True, help="Also write ASTRA-sim's JSON workload twin of each ET.")
 @click.option("--keep-mem", is_flag=True, help="With --target astra-sim: keep MEM_LOAD/MEM_STORE nodes.")
+@click.option("--overwrite", is_flag=True,
+              help="Replace the ETs, JSON twins and comm_group.json of an earlier conversion in "
+                   "the output folder (other files are never touched).")
 @click.option("--no-gaps", is_flag=True,
               help="Ops only: no host_gap nodes for the time between ops (the ET then replays "
                    "shorter than it ran).")
 @click.option("-j", "--jobs", type=int, default=None, help="Ranks converted in parallel [default: CPU count].")
 def convert(inputs: tuple[str, ...], outdir: str, prefix: str, target: str, write_json: bool,
-            keep_mem: bool, no_gaps: bool, jobs: int | None) -> None:
+            keep_mem: bool, overwrite: bool, no_gaps: bool, jobs: int | None) -> None:
     """Convert traces (files or folders) into one Chakra ET per rank."""
     from chakra_hooks.convert import convert_paths
 
@@ -77,7 +89,8 @@ def convert(inputs: tuple[str, ...], outdir: str, prefix: str, target: str, writ
         click.echo(f"chakra-hooks: warning: {message}", err=True)
 
     result = convert_paths(inputs, outdir, prefix=prefix, target=target, write_json=write_json,
-                           keep_mem=keep_mem, gaps=not no_gaps, workers=jobs, warn=warn)
+                           keep_mem=keep_mem, gaps=not no_gaps, workers=jobs, warn=warn,
+                           overwrite=overwrite)
     click.echo(_table(result))
 
 
@@ -148,8 +161,11 @@ def inspect(files: tuple[str, ...], as_json: bool) -> None:
 @cli.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="One JSON report per file, one per line.")
-@click.option("--target", type=click.Choice(["chakra", "astra-sim"]), default="chakra", show_default=True,
-              help="astra-sim: also what the simulator refuses (METADATA/MEM nodes, unsimulated collectives).")
+@click.option("--target", type=click.Choice(["full", "astra-sim", "chakra"]), default="full",
+              show_default=True,
+              help="As convert's: full (the Chakra rules; 'chakra' is an older name of it); "
+                   "astra-sim: also what the simulator refuses (METADATA/MEM nodes, unsimulated "
+                   "collectives).")
 @click.option("--limit", type=int, default=20, show_default=True, help="Problems listed per check (human form).")
 def validate(files: tuple[str, ...], as_json: bool, target: str, limit: int) -> None:
     """Check Chakra ETs against what their consumers require; exit 1 on any problem.
@@ -165,7 +181,8 @@ def validate(files: tuple[str, ...], as_json: bool, target: str, limit: int) -> 
     run: dict[int, object] = {}
     for path in _et_files(files):
         et = etio.read_et(path)
-        report = check(str(path), et.metadata, et.nodes, target=target)
+        report = check(str(path), et.metadata, et.nodes,
+                       target="chakra" if target == "full" else target)
         failed |= not report.ok
         rank = _rank_order(path)[1]
         if rank >= 0:

@@ -75,7 +75,8 @@ def expand_inputs(inputs: Sequence[str | os.PathLike]) -> list[Path]:
             files.append(path)
         else:
             raise FileNotFoundError(f"{path}: no such file or directory")
-    return [f for f in files if not f.name.endswith(OUTPUT_SUFFIXES) and f.name != COMM_GROUP_FILE]
+    unique = list(dict.fromkeys(f.resolve() for f in files))  # a file named twice is one file
+    return [f for f in unique if not f.name.endswith(OUTPUT_SUFFIXES) and f.name != COMM_GROUP_FILE]
 
 
 def discover(inputs: Sequence[str | os.PathLike], warn: Callable[[str], None]) -> list[RankJob]:
@@ -146,8 +147,11 @@ def _merge_groups(results: list[RankResult]) -> tuple[dict[int, list[int]], list
 def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike, *, prefix: str = "chakra",
                   target: str = "full", write_json: bool = False, keep_mem: bool = False,
                   gaps: bool = True, workers: int | None = None, progress: bool | None = None,
-                  warn: Callable[[str], None] | None = None) -> ConvertResult:
-    """Convert every rank found in ``inputs`` into ``outdir``. Raises TraceFormatError on bad input."""
+                  warn: Callable[[str], None] | None = None, overwrite: bool = False
+                  ) -> ConvertResult:
+    """Convert every rank found in ``inputs`` into ``outdir``. Raises TraceFormatError on bad
+    input, and when ``outdir`` holds an earlier conversion's files (``overwrite``: replace
+    them; other files are never touched). Writes everything or nothing."""
     warnings: list[str] = []
 
     def note(message: str) -> None:
@@ -155,17 +159,32 @@ def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike
         if warn is not None:
             warn(message)
 
+    out = Path(outdir)
+    earlier = our_outputs(out)  # checked first: a refusal should not wait for discovery
+    if earlier and not overwrite:
+        shown = ", ".join(p.name for p in earlier[:3]) + (" ..." if len(earlier) > 3 else "")
+        raise TraceFormatError(out, "output folder",
+                               f"a folder without the outputs of an earlier conversion (it holds "
+                               f"{len(earlier)}: {shown}); use --overwrite to replace them, or "
+                               f"another folder")
     jobs = discover(inputs, note)
     if not jobs:
         raise TraceFormatError(", ".join(map(str, inputs)), "inputs",
                                "PyTorch ET / Kineto JSON or XSpace (.xplane.pb) files; found none")
-    out = Path(outdir)
-    out.mkdir(parents=True, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".chakra-hooks-", dir=out)
+    _refuse_duplicate_ranks([(job.rank, job.describe()) for job in jobs if job.rank is not None],
+                            inputs)
+    created = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        staging = tempfile.mkdtemp(prefix=".chakra-hooks-", dir=out)
+    except OSError as exc:
+        raise TraceFormatError(out, "output folder",
+                               f"a folder we can create and write ({exc.strerror or exc})") from None
+    done = False
     try:
         results = _run_jobs(jobs, staging, prefix, target, write_json, keep_mem, gaps, workers,
                             progress)
-        _refuse_duplicate_ranks(results, inputs)
+        _refuse_duplicate_ranks([(r.rank, r.source) for r in results], inputs)
         groups, problems = _merge_groups(results)
         for problem in problems:
             note(problem)
@@ -181,11 +200,33 @@ def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike
             (Path(staging) / COMM_GROUP_FILE).write_bytes(
                 orjson.dumps({str(k): v for k, v in groups.items()}, option=orjson.OPT_INDENT_2))
             comm_group = out / COMM_GROUP_FILE
+        for old in earlier:  # --overwrite: only our own files of the earlier conversion go
+            if not (Path(staging) / old.name).exists():
+                old.unlink(missing_ok=True)
         for name in os.listdir(staging):
             os.replace(Path(staging) / name, out / name)
+        done = True
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        if not done and created:
+            shutil.rmtree(out, ignore_errors=True)  # a failed convert leaves nothing behind
     return ConvertResult(out, results, comm_group, warnings)
+
+
+def our_outputs(out: Path) -> list[Path]:
+    """The files of an earlier conversion in ``out``: ETs, their JSON twins, comm_group.json."""
+    if not out.is_dir():
+        return []
+    found = []
+    for path in sorted(out.iterdir()):
+        name = path.name
+        if not path.is_file():
+            continue
+        if name.endswith(OUTPUT_SUFFIXES) or name == COMM_GROUP_FILE:
+            found.append(path)
+        elif name.endswith(".json") and (out / (name[:-5] + ".et")).exists():
+            found.append(path)  # the JSON workload twin of an ET
+    return found
 
 
 def _harmonize_run(staging: Path, results: list[RankResult], groups: dict[int, list[int]],
@@ -224,11 +265,13 @@ def _harmonize_run(staging: Path, results: list[RankResult], groups: dict[int, l
     return new_groups
 
 
-def _refuse_duplicate_ranks(results: list[RankResult], inputs: Sequence[str | os.PathLike]) -> None:
-    """Two traces claiming one rank: traces of several runs in one folder."""
+def _refuse_duplicate_ranks(ranks: list[tuple[int, str]], inputs: Sequence[str | os.PathLike]
+                            ) -> None:
+    """Two traces claiming one rank: traces of several runs in one folder. Checked on the jobs
+    before any work where their ranks are known, and on the results (ranks found in files)."""
     sources: dict[int, list[str]] = {}
-    for result in results:
-        sources.setdefault(result.rank, []).append(result.source)
+    for rank, source in ranks:
+        sources.setdefault(rank, []).append(source)
     clashes = {rank: found for rank, found in sources.items() if len(found) > 1}
     if clashes:
         rank, found = next(iter(sorted(clashes.items())))

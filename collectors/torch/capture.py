@@ -390,7 +390,7 @@ class Trace(StepWindow):
         try:
             from chakra_hooks.convert import convert_paths
 
-            convert_paths([self.outdir], out, progress=False)
+            convert_paths([self.outdir], out, progress=False, overwrite=True)  # its own folder
             log.info("chakra-hooks: converted %s into %s", self.outdir, out)
         except Exception as exc:
             log.warning("chakra-hooks: converting %s failed: %s", self.outdir, exc)
