@@ -3,9 +3,9 @@
 A tiny Hugging Face Mixtral (tests/nemo_collector/lightning_job.py) trained by Lightning on one
 CPU process, gradient accumulation 2, 12 optimizer steps; steps 4 and 5 recorded. Modes, each in
 a fresh process: ``none`` (no callback), ``nemo`` (NeMo's callback, CPU activity only, same
-window), ``ours``. Reports the median optimizer-step time outside the window and inside it, and
-the time of the step that ends the window (where files are written), before and after it; median of ``--trials``
-processes per mode. Needs the ``nemo`` nox session's environment::
+window), ``ours``. Reports the median optimizer-step time before the window, inside it, of the
+step that ends it (where files are written) and after it; median of ``--trials`` processes per
+mode. Needs the ``nemo`` nox session's environment::
 
     .nox/nemo/bin/python benchmarks/bench_nemo_overhead.py --trials 3
 """
@@ -13,18 +13,16 @@ processes per mode. Needs the ``nemo`` nox session's environment::
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from child_runs import emit, run_child
 
 REPO = Path(__file__).resolve().parent.parent
 MODES = ("none", "nemo", "ours")
 START, NUM, STEPS = 4, 2, 12
-RESULT = "bench-result: "
 
 
 def _child(mode: str, folder: str) -> dict:
@@ -66,15 +64,6 @@ def _child(mode: str, folder: str) -> dict:
             "after_s": statistics.median(steps[START + NUM + 1:])}
 
 
-def _run(mode: str) -> dict:
-    with tempfile.TemporaryDirectory() as folder:
-        done = subprocess.run([sys.executable, __file__, "--child", mode, "--folder", folder],
-                              capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise SystemExit(f"{mode}: failed:\n{done.stderr[-2000:]}")
-        return json.loads(done.stdout.split(RESULT, 1)[1].splitlines()[0])
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trials", type=int, default=3)
@@ -82,12 +71,12 @@ def main() -> None:
     ap.add_argument("--folder")
     args = ap.parse_args()
     if args.child:
-        print(RESULT + json.dumps(_child(args.child, args.folder)))
+        emit(_child(args.child, args.folder))
         return
     results: dict[str, list[dict]] = {m: [] for m in MODES}
     for _ in range(args.trials):  # interleaved, so a slow period hits every mode alike
         for mode in MODES:
-            results[mode].append(_run(mode))
+            results[mode].append(run_child(__file__, mode))
     print(f"optimizer-step time, tiny Mixtral, 1 CPU process, accumulation 2, window steps "
           f"{START}-{START + NUM - 1}; median of {args.trials} processes per mode")
     print(f"{'mode':<6} {'before ms':>10} {'in window ms':>13} {'window end ms':>14} "

@@ -20,18 +20,17 @@ Needs vLLM (the ``vllm`` nox session's environment)::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from child_runs import emit, run_child
+
 REPO = Path(__file__).resolve().parent.parent
 MODES = ("no-plugin", "off", "vllm", "vllm+et", "ours")
-RESULT = "bench-result: "
 
 
 def _one(mode: str, model: str, folder: str, prompts: int, tokens: int) -> dict:
@@ -92,15 +91,8 @@ def _run(mode: str, model: str, prompts: int, tokens: int) -> dict:
     env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", HF_HUB_OFFLINE="1")
     if mode in ("no-plugin", "vllm", "vllm+et"):
         env["VLLM_PLUGINS"] = "none"  # an allow-list naming no installed plugin
-    with tempfile.TemporaryDirectory() as folder:
-        done = subprocess.run(
-            [sys.executable, __file__, "--child", mode, "--model", model, "--folder", folder,
-             "--prompts", str(prompts), "--tokens", str(tokens)],
-            env=env, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise SystemExit(f"{mode}: failed:\n{done.stderr[-2000:]}")
-        # vLLM prints its profiler table on stdout: the result is the line after our marker.
-        return json.loads(done.stdout.split(RESULT, 1)[1].splitlines()[0])
+    return run_child(__file__, mode, "--model", model, "--prompts", str(prompts), "--tokens",
+                     str(tokens), env=env)
 
 
 def main() -> None:
@@ -113,8 +105,7 @@ def main() -> None:
     ap.add_argument("--folder")
     args = ap.parse_args()
     if args.child:
-        result = _one(args.child, args.model, args.folder, args.prompts, args.tokens)
-        print(RESULT + json.dumps(result))
+        emit(_one(args.child, args.model, args.folder, args.prompts, args.tokens))
         return
     sys.path.insert(0, str(REPO / "tests" / "vllm_collector"))
     from tiny_models import build_mixtral

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -55,3 +56,16 @@ def reference_reader():
         pytest.skip(f"the reference reader (mlc-chakra) cannot load on protobuf "
                     f"{google.protobuf.__version__}: {type(exc).__name__}")
     return _read_with_reference
+
+
+@pytest.fixture
+def dlrm_two_ranks(corpus: Path, tmp_path: Path) -> Path:
+    """Ranks 0 and 1 of the corpus's 8-rank DLRM run (ET + Kineto each), copied into a folder
+    of their own, to change or damage."""
+    source = corpus / "pytorch" / "v100_dlrm_8rank"
+    run = tmp_path / "run2"
+    run.mkdir()
+    for rank in (0, 1):
+        shutil.copy(source / f"dlrm_eg_{rank}.json.gz", run)
+        shutil.copy(next(source.glob(f"worker{rank}_step_12.*.pt.trace.json.gz")), run)
+    return run

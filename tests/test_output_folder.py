@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -25,17 +24,6 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 def _errors(result: subprocess.CompletedProcess) -> list[str]:
     """The error lines (warnings, e.g. about ranks of the corpus's run left out, may precede)."""
     return [line for line in result.stderr.splitlines() if line.startswith("chakra-hooks: error")]
-
-
-@pytest.fixture
-def dlrm_two_ranks(corpus: Path, tmp_path: Path) -> Path:
-    source = corpus / "pytorch" / "v100_dlrm_8rank"
-    run = tmp_path / "run2"
-    run.mkdir()
-    for rank in (0, 1):
-        shutil.copy(source / f"dlrm_eg_{rank}.json.gz", run)
-        shutil.copy(next(source.glob(f"worker{rank}_step_12.*.pt.trace.json.gz")), run)
-    return run
 
 
 def test_earlier_outputs_are_refused_then_replaced_with_overwrite(corpus, dlrm_two_ranks,
