@@ -37,7 +37,7 @@ def _one(mode: str, model: str, folder: str, prompts: int, tokens: int) -> dict:
     """One measurement in this process (run by the parent as a subprocess)."""
     from vllm import LLM, SamplingParams
 
-    sys.path.insert(0, str(REPO / "tests" / "vllm_collector"))
+    sys.path.insert(0, str(REPO / "examples"))
     from tiny_models import prompt
 
     if mode == "vllm+et":
@@ -107,7 +107,7 @@ def main() -> None:
     if args.child:
         emit(_one(args.child, args.model, args.folder, args.prompts, args.tokens))
         return
-    sys.path.insert(0, str(REPO / "tests" / "vllm_collector"))
+    sys.path.insert(0, str(REPO / "examples"))
     from tiny_models import build_mixtral
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -13,7 +13,8 @@ import pytest
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ["HF_HUB_OFFLINE"] = "1"
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tiny_models
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # connectors (a test KV connector)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))  # tiny_models
 
 
 @pytest.fixture(scope="session")

@@ -347,3 +347,16 @@ def test_full_disk_keeps_vllm_serving(tiny_llama, tmp_path, caplog):
         assert not list(folder.glob("*.et.json*"))
     finally:
         subprocess.run(["umount", str(folder)], check=False)
+
+
+def test_the_example_runs_end_to_end(tmp_path):
+    import subprocess
+    import sys
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "vllm_tiny_moe.py"
+    run = subprocess.run([sys.executable, str(example), str(tmp_path)], capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "== again: True" in run.stdout and "critical path" in run.stdout
+    kinds = {n.type for n in read_et(tmp_path / "chakra" / "chakra.0.et").nodes}
+    assert {2, 3} <= kinds  # MEM_LOAD and MEM_STORE from the KV connector
