@@ -30,7 +30,8 @@ def main(out: Path) -> None:
 
     model = build_mixtral(out / "model")
     kv = KVTransferConfig(
-        kv_connector="ChakraKVConnector", kv_connector_module_path="chakra_hooks.collectors.vllm.kv",
+        kv_connector="ChakraKVConnector",
+        kv_connector_module_path="chakra_hooks.collectors.vllm.kv",
         kv_role="kv_both", kv_connector_extra_config={"connectors": [
             {"kv_connector": "ExampleConnector", "kv_role": "kv_both",
              "kv_connector_extra_config": {"shared_storage_path": str(out / "kv-store")}}]})

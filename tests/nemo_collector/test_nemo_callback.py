@@ -163,3 +163,15 @@ def test_unwritable_output_folder_leaves_training_alone(tmp_path, caplog):
         _fit_in_process(callback)  # trains to the end
     assert any("chakra-hooks" in r.message for r in caplog.records)
     assert blocker.read_text() == "not a folder"
+
+
+def test_builds_from_a_yaml_target():
+    """NeMo 2 configs name callbacks by ``_target_`` (Hydra instantiation)."""
+    hydra = pytest.importorskip("hydra.utils", reason="Hydra is not installed here")
+    omegaconf = pytest.importorskip("omegaconf")
+    config = omegaconf.OmegaConf.create(
+        "_target_: chakra_hooks.collectors.nemo.ChakraTraceCallback\n"
+        "output_dir: runs/yaml\nstart_step: 5\nnum_steps: 3\nranks: [0, 1]\n")
+    callback = hydra.instantiate(config)
+    assert isinstance(callback, ChakraTraceCallback)
+    assert (callback.start_step, callback.end_step, list(callback.ranks)) == (5, 8, [0, 1])
