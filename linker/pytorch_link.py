@@ -83,6 +83,8 @@ OPAQUE_ANNOTATIONS = ("moe_routing:", "kv:")
 # per-engine-step annotations and the KV-cache ranges.
 KEPT_ANNOTATIONS = ("execute_", "kv:")
 SIDECARS = (("routing", "chakra_hooks.linker.routing"), ("kv", "chakra_hooks.linker.kv"))
+# The range our PyTorch collector wraps each collective in: chakra_pg:<process group name>.
+GROUP_ANNOTATION = "chakra_pg:"
 # A rank's share of its conversion done once each file is read (progress.reached): the ET
 # and the Kineto trace each take about a fifth, linking a quarter, the converter the rest.
 PROGRESS_ET_READ, PROGRESS_KINETO_READ = 0.2, 0.4
@@ -350,6 +352,8 @@ class _Linker:
 
     def _c10d_comm_op(self, node: EtNode, ev: KEvent | None) -> Op:
         meta = self.rpc_meta.get(node.id) or from_c10d_et(node)
+        if meta.pg_name is None:
+            meta.pg_name = _et_annotated_group(self.et.by_id, node)
         kind, ctype = classify(node.name) or (_COLLECTIVE, None)
         if node.name == "c10d::alltoall_base_":
             ctype = CommType.ALL_TO_ALL
@@ -390,6 +394,7 @@ class _Linker:
                     continue
                 if ev.name in C10D_OPS and id(ev) not in self.c10d_on_device:
                     meta = from_c10d_kineto(ev.name, ev.args)
+                    meta.pg_name = _kineto_annotated_group(ev)
                     kind, ctype = classify(ev.name) or (_COLLECTIVE, None)
                     op = self._add(ev.name, kind, True, "comm:default", ev)
                     op.comm = self._comm_info(kind, ctype, meta)
@@ -641,6 +646,29 @@ def _et_event(node: EtNode) -> KEvent:
                                ) from exc
     return KEvent(node.name, str(node.cat or "cpu_op"), pid=0, tid=node.tid, start=start,
                   dur=length)
+
+
+def _et_annotated_group(by_id: dict, node: EtNode) -> str | None:
+    """The process group our collector's ``chakra_pg:<name>`` range around an ET c10d op names
+    (gloo records the op's group argument as '<Object>'); None without one."""
+    anc = by_id.get(node.parent)
+    while anc is not None:
+        if anc.name.startswith(GROUP_ANNOTATION):
+            return anc.name[len(GROUP_ANNOTATION):]
+        if anc.parent == anc.id:
+            break
+        anc = by_id.get(anc.parent)
+    return None
+
+
+def _kineto_annotated_group(ev: KEvent) -> str | None:
+    """The same for a Kineto c10d range."""
+    anc = ev.parent
+    while anc is not None:
+        if anc.name.startswith(GROUP_ANNOTATION):
+            return anc.name[len(GROUP_ANNOTATION):]
+        anc = anc.parent
+    return None
 
 
 def _inside_host_op(ev: KEvent) -> bool:

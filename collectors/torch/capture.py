@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable
 from ..files import atomic_write_json, temp_path
 from ..window import StepWindow, guarded
 from . import manifest as mf
+from .groups import GroupAnnotator
 from .moe import CLOCK as ROUTING_CLOCK
 from .moe import SIDECAR_FORMAT, RoutingRecorder
 
@@ -90,6 +91,12 @@ def _megatron_layout() -> dict[str, int]:
         return {}
 
 
+def _distributed() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
 def _profiler_enabled() -> bool:
     import torch
 
@@ -139,6 +146,7 @@ class _Session:
     prof: Any = None
     et: Any = None
     routing: RoutingRecorder | None = None
+    groups: GroupAnnotator | None = None
     step_rf: Any = None
     steps: list[int] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -260,6 +268,9 @@ class Trace(StepWindow):
             s.routing = RoutingRecorder(self.models, self.ep_size,
                                         training_only=self.routing_training_only)
             s.routing.activate()
+        if _distributed():
+            s.groups = GroupAnnotator()
+            s.groups.activate()
 
     def _open_step_rf(self, s: _Session, n: int) -> None:
         import torch
@@ -300,6 +311,9 @@ class Trace(StepWindow):
         routing_records: list[dict] = []
         if s.routing is not None:
             self._guard(s, "removing router hooks", s.routing.deactivate)
+        if s.groups is not None:
+            self._guard(s, "unwrapping the collectives", s.groups.deactivate)
+            s.groups = None
         if s.prof is not None and s.started:
             self._guard(s, "stopping the profiler", s.prof.stop_trace)
             self._guard(s, "writing the Kineto trace", self._write_kineto, s, files)

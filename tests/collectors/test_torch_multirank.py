@@ -94,9 +94,16 @@ def test_converted_ets_agree_across_ranks_and_validate(capture, tmp_path):
         coll = [n for n in nodes if n.type == 7]  # COMM_COLL_NODE
         # all-to-all sizes differ per rank (uneven splits); every other collective agrees.
         # pg_name "" means all ranks (ASTRA-sim's convention); others are comm_group.json keys.
-        colls.append(Counter((_attr(n, "comm_type"), _group(groups, n),
+        # Each rank runs its own EP / DP groups' collectives: compare them by group size, and
+        # hold every collective to a group the rank belongs to (our collector records the
+        # group each call ran on; gloo's c10d ops do not).
+        assert all(r in _group(groups, n) for n in coll)
+        colls.append(Counter((_attr(n, "comm_type"), len(_group(groups, n)),
                               None if _attr(n, "comm_type") == 6 else _attr(n, "comm_size"))
                              for n in coll))
+        # The token exchange runs inside the expert-parallel group: [0, 1] or [2, 3].
+        assert {_group(groups, n) for n in coll if _attr(n, "comm_type") == 6} == \
+            {(0, 1) if r < 2 else (2, 3)}
         for n in nodes:
             key = (_attr(n, "comm_src"), _attr(n, "comm_dst"), _attr(n, "comm_size"))
             if n.type == 5:
