@@ -41,7 +41,12 @@ def add_gaps(trace: LinkedTrace, device_idle_only: bool = False) -> int:
         return 0
     window_start = min(op.start_ps for op in timed)
     host_lanes = any(not op.on_device for op in timed)
-    launched = {e.dst for e in trace.edges if e.kind == EdgeKind.LAUNCH}
+    by_uid = {op.uid: op for op in timed}
+    launched_by: dict[int, int] = {}  # device op -> the end of the host op that launched it
+    for e in trace.edges:
+        src = by_uid.get(e.src)
+        if e.kind == EdgeKind.LAUNCH and src is not None:
+            launched_by[e.dst] = max(launched_by.get(e.dst, 0), src.start_ps + src.dur_ps)
     busy = _device_busy(timed) if device_idle_only else []
     lanes: dict[str, list[Op]] = {}
     for op in timed:
@@ -54,12 +59,15 @@ def add_gaps(trace: LinkedTrace, device_idle_only: bool = False) -> int:
         ops.sort(key=lambda o: (o.start_ps, o.uid))
         cursor, previous = window_start, None
         for op in ops:
-            # A device op its host launched waits for that launch: no gap needed before it.
-            idle = 0 if op.on_device and op.uid in launched and host_lanes else \
-                _idle(cursor, op.start_ps, busy)
+            # A device op waits for the host op that launched it: only idle time after that
+            # launch ended (a CUDA graph's later kernels, say) is the stream's own gap.
+            begin = cursor
+            if op.on_device and host_lanes:
+                begin = max(cursor, launched_by.get(op.uid, cursor))
+            idle = _idle(begin, op.start_ps, busy)
             if idle >= MIN_GAP_PS:
                 gap = Op(uid=next_uid, name=GAP_NAME, kind=OpKind.COMPUTE,
-                         on_device=op.on_device, lane=lane, start_ps=cursor, dur_ps=idle,
+                         on_device=op.on_device, lane=lane, start_ps=begin, dur_ps=idle,
                          attrs={"gap_ns": idle // 1000})
                 next_uid += 1
                 added += 1
