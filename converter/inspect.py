@@ -41,6 +41,11 @@ class Summary:
     duration_by_type_us: dict[str, int] = field(default_factory=dict)
     comm_bytes_by_type: dict[str, int] = field(default_factory=dict)
     cpu_nodes: int = 0  # nodes with is_cpu_op true
+    # What our collectors add, when present (``inspect`` only; the convert table leaves them):
+    # {"layers", "steps", "nodes", "tokens", "max_over_mean", "worst_layer"} and
+    # {"loads", "stores", "load_bytes", "store_bytes"}.
+    moe: dict[str, object] | None = None
+    kv: dict[str, object] | None = None
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -147,7 +152,40 @@ def summarize(path: str, metadata: GlobalMetadata, nodes: Sequence[Node], check:
     tally = Tally()
     for index, node in enumerate(nodes):
         tally.add_node(node, path, index, check)
-    return tally.summary(path, metadata)
+    summary = tally.summary(path, metadata)
+    summary.moe, summary.kv = _moe_and_kv(nodes)
+    return summary
+
+
+def _moe_and_kv(nodes: Sequence[Node]) -> tuple[dict | None, dict | None]:
+    """Routing bins (``moe_routing:*`` nodes) and KV-cache transfers (``kv:*``) in brief."""
+    layers, steps, tokens, routing = set(), set(), 0, 0
+    worst, worst_layer = 0.0, None
+    kv = {"loads": 0, "stores": 0, "load_bytes": 0, "store_bytes": 0}
+    for node in nodes:
+        name = node.name
+        if not name.startswith(("moe_routing:", "kv:")):
+            continue
+        attrs = {a.name: value_of(a) for a in node.attr}
+        if name.startswith("moe_routing:"):
+            routing += 1
+            layers.add(attrs.get("moe_layer"))
+            steps.add(attrs.get("moe_step"))
+            tokens += int(attrs.get("moe_tokens") or 0)
+            bins = list(attrs.get("moe_expert_tokens") or [])
+            if bins and sum(bins):
+                imbalance = max(bins) / (sum(bins) / len(bins))
+                if imbalance > worst:
+                    worst, worst_layer = imbalance, attrs.get("moe_layer")
+        elif attrs.get("kv_direction") in ("load", "store"):
+            kind = attrs["kv_direction"]
+            kv[f"{kind}s"] += 1
+            kv[f"{kind}_bytes"] += int(attrs.get("tensor_size") or 0)
+    moe = None
+    if routing:
+        moe = {"layers": len(layers), "steps": len(steps), "nodes": routing, "tokens": tokens,
+               "max_over_mean": round(worst, 3), "worst_layer": worst_layer}
+    return moe, (kv if kv["loads"] or kv["stores"] else None)
 
 
 def render(summary: Summary) -> str:
@@ -168,4 +206,13 @@ def render(summary: Summary) -> str:
             if kind in summary.comm_bytes_by_type:
                 lines.append(f"    {kind:<16} {summary.by_type.get(kind, 0):>9,} nodes "
                              f"{summary.comm_bytes_by_type[kind]:>14,} bytes")
+    if summary.moe:
+        m = summary.moe
+        lines.append(f"  MoE        {m['nodes']:,} routing nodes: {m['layers']} layers x {m['steps']} "
+                     f"steps, {m['tokens']:,} tokens routed; worst imbalance {m['max_over_mean']} "
+                     f"(max / mean tokens per expert, layer {m['worst_layer']})")
+    if summary.kv:
+        k = summary.kv
+        lines.append(f"  KV cache   {k['loads']:,} loads ({k['load_bytes']:,} bytes), "
+                     f"{k['stores']:,} stores ({k['store_bytes']:,} bytes)")
     return "\n".join(lines)

@@ -140,3 +140,13 @@ def test_astra_sim_target_run_passes_the_cross_rank_rules(capture, tmp_path):
     assert "run of 4 ranks: ok" in checked.stdout
     groups = json.loads((out / "comm_group.json").read_text())
     assert "0" not in groups and sorted(map(tuple, groups.values())) == [(0, 1), (0, 2), (1, 3), (2, 3)]
+
+
+def test_inspect_shows_the_routing_bins(capture, tmp_path):
+    out = tmp_path / "et"
+    _run(CLI + ["convert", capture, "-o", out])
+    shown = json.loads(_run(CLI + ["inspect", "--json", out / "chakra.0.et"]).stdout)
+    moe = shown["moe"]
+    assert (moe["layers"], moe["steps"], moe["nodes"]) == (1, 2, 2) and moe["tokens"] > 0
+    assert moe["max_over_mean"] >= 1.0 and shown["kv"] is None
+    assert "MoE" in _run(CLI + ["inspect", out / "chakra.0.et"]).stdout

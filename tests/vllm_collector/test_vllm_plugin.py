@@ -184,6 +184,12 @@ def test_kv_connector_store_then_load(tiny_llama, tmp_path):
     a = _attrs(load)
     assert a["tensor_size"] == stored_slots * slot_bytes * config["num_hidden_layers"]
     assert a["kv_step"] > 0 and a["kv_connector"] == "ExampleConnector"
+    from chakra_hooks.converter.inspect import summarize
+
+    et = read_et(tmp_path / "chakra" / "chakra.0.et")
+    shown = summarize("chakra.0.et", et.metadata, et.nodes).kv
+    assert shown == {"loads": 1, "stores": len(stores), "load_bytes": a["tensor_size"],
+                     "store_bytes": sum(_attrs(n)["tensor_size"] for n in stores)}
 
 
 def test_plugin_inactive_without_profiler(tiny_llama, tmp_path, monkeypatch):
