@@ -208,9 +208,10 @@ def render(summary: Summary) -> str:
                              f"{summary.comm_bytes_by_type[kind]:>14,} bytes")
     if summary.moe:
         m = summary.moe
-        lines.append(f"  MoE        {m['nodes']:,} routing nodes: {m['layers']} layers x {m['steps']} "
-                     f"steps, {m['tokens']:,} tokens routed; worst imbalance {m['max_over_mean']} "
-                     f"(max / mean tokens per expert, layer {m['worst_layer']})")
+        lines.append(f"  MoE        {m['nodes']:,} routing nodes: {m['layers']} layers x "
+                     f"{m['steps']} steps, {m['tokens']:,} tokens routed; worst imbalance "
+                     f"{m['max_over_mean']} (max / mean tokens per expert, layer "
+                     f"{m['worst_layer']})")
     if summary.kv:
         k = summary.kv
         lines.append(f"  KV cache   {k['loads']:,} loads ({k['load_bytes']:,} bytes), "
