@@ -84,6 +84,8 @@ _BETWEEN_EVENTS = re.compile(rb"\}\s*,\s*(?=\{)")
 _BLANK = frozenset(b" \t\r\n")
 _END_TRIES = 10_000
 _ROUND_LIMIT = float(1 << 62)  # |ns| below this: _ns rounds on C integers in the compiled build
+# Times beyond this are damage, not clocks (2^62 ns is the year 2116; the ET writes int64 ns).
+_TIME_LIMIT_NS = 1 << 62
 # The events array's stand-in when the rest of the document is checked: a value no trace has.
 _MARK = b'"\\u0000chakra-hooks: traceEvents"'
 _MARK_VALUE = msgspec.json.decode(_MARK)
@@ -325,12 +327,16 @@ def _read_events(trace: KinetoTrace, events: list[KEvent], first: int) -> int:
         out, cat, full_names = found
         ev.cat = cat  # one shared string per category, not one per event
         try:
-            ev.start = base + _ns(ev.start)
-            ev.dur = _ns(ev.dur)
-        except TypeError as exc:
+            start = ev.start = base + _ns(ev.start)
+            dur = ev.dur = _ns(ev.dur)
+        except (TypeError, ValueError, OverflowError) as exc:
             raise TraceFormatError(trace.path, f"traceEvents[{index}]",
                                    f"an event with name, pid, tid, numeric ts / dur ({exc})"
                                    ) from exc
+        if dur < 0 or not -_TIME_LIMIT_NS < start < _TIME_LIMIT_NS or dur > _TIME_LIMIT_NS:
+            raise TraceFormatError(trace.path, f"traceEvents[{index}] ({ev.name!r})",
+                                   f"ts within +-2^62 ns and dur >= 0 (ts {ev.start} ns, "
+                                   f"dur {ev.dur} ns)")
         name = ev.name
         if ev.tid is None or not name:
             raise TraceFormatError(trace.path, f"traceEvents[{index}]",

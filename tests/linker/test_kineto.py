@@ -203,3 +203,27 @@ def test_chrome_array_form_reads(tmp_path: Path) -> None:
     assert [(ev.name, ev.start, ev.dur) for ev in trace.device] == [("k", 1500, 2000)]
     assert trace.device[0].args.correlation == 3 and trace.events_total == 2
     assert [ev.name for ev in trace.host] == ["aten::mm"] and trace.clock == "kineto:epoch-us"
+
+
+@pytest.mark.parametrize("damage", [{"dur": -5}, {"ts": 1e30}, {"ts": 2**63}],
+                         ids=["negative-dur", "ts-1e30", "ts-2^63"])
+def test_impossible_times_are_one_line_errors(tmp_path, damage):
+    """Hand-made damage: the event is named (index and name), exit 1, nothing written."""
+    import json
+    import subprocess
+    import sys
+
+    kernel = {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 10.5,
+              "dur": 3.0, "args": {"correlation": 1}}
+    kernel.update(damage)
+    doc = {"schemaVersion": 1, "traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 0, "tid": 1, "ts": 1.0,
+         "dur": 2.0, "args": {}}, kernel]}
+    trace = tmp_path / "rank0.pt.trace.json"
+    trace.write_text(json.dumps(doc))
+    run = subprocess.run([sys.executable, "-m", "chakra_hooks", "convert", str(trace), "-o",
+                          str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1
+    (line,) = run.stderr.strip().splitlines()
+    assert str(trace) in line and "traceEvents[1] ('gemm')" in line and "dur >= 0" in line
+    assert not (tmp_path / "out").exists()
