@@ -205,7 +205,7 @@ def _jobs(per_rank: dict, warn: Callable[[str], None]) -> list[RankJob]:
         roles = per_rank[rank]
         ets, kinetos = sorted(roles["host_et"]), sorted(roles["kineto"])
         if len(ets) > 1 or len(kinetos) > 1:
-            warn(f"rank {rank}: {len(ets)} host ETs and {len(kinetos)} Kineto traces; "
+            warn(f"{_rank_words(rank)}: {len(ets)} host ETs and {len(kinetos)} Kineto traces; "
                  "each is converted on its own")
             jobs.extend(RankJob(FORMAT, {"host_et": p}, rank, {"label": p.name}) for p in ets)
             jobs.extend(RankJob(FORMAT, {"kineto": p}, rank, {"label": p.name}) for p in kinetos)
@@ -217,10 +217,17 @@ def _jobs(per_rank: dict, warn: Callable[[str], None]) -> list[RankJob]:
             files["kineto"] = kinetos[0]
         if paired and len(files) == 1:
             missing = "Kineto trace" if ets else "host ET"
-            warn(f"rank {rank}: no {missing} next to {next(iter(files.values())).name}; "
+            warn(f"{_rank_words(rank)}: no {missing} next to {next(iter(files.values())).name}; "
                  "converted with what there is")
         jobs.append(RankJob(FORMAT, files, rank))
     return jobs
+
+
+def _rank_words(rank: int | None) -> str:
+    """How a message names a rank: the number, or that neither the trace nor its name had one."""
+    if rank is not None:
+        return f"rank {rank}"
+    return "rank unknown (no distributedInfo, none in the file names)"
 
 
 def _warn_missing(ranks: set, world: object, source: str, warn: Callable[[str], None]) -> None:

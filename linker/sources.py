@@ -24,7 +24,9 @@ class RankJob:
 
     def describe(self) -> str:
         names = ", ".join(f"{role}={path.name}" for role, path in sorted(self.files.items()))
-        return f"{self.format} rank {self.rank if self.rank is not None else '?'} ({names})"
+        rank = (f"rank {self.rank}" if self.rank is not None
+                else "rank not known yet (read from the trace)")
+        return f"{self.format} {rank} ({names})"
 
 
 # Discoverers: "module:function" taking (files: list[Path], warn: Callable[[str], None]) and
