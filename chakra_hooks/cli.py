@@ -110,7 +110,23 @@ def _table(result) -> str:
     if result.comm_group is not None:
         lines.append(f"process groups: {result.comm_group}")
     lines.append(f"wrote {len(result.ranks)} rank(s) to {result.outdir}")
+    lines.extend(COLUMNS)
+    out = result.outdir
+    prefix = result.ranks[0].files[0].split(".")[0] if result.ranks else "chakra"
+    lines.append(f"next: chakra-hooks inspect {out} | chakra-hooks stats {out} | for ASTRA-sim: "
+                 f"convert ... --target astra-sim, then --workload-configuration {out}/{prefix}"
+                 + (f" --comm-group-configuration {result.comm_group}" if result.comm_group else ""))
     return "\n".join(lines)
+
+
+COLUMNS = (
+    "  nodes: Chakra nodes (comp: compute incl. host_gap, coll: collectives, p2p: send + recv, "
+    "mem: memory loads / stores)",
+    "  dur us: the nodes' durations added up (host, device and gap nodes overlap in time: not "
+    "the wall time; `stats` gives the span and the critical path)",
+    "  comm bytes: bytes the communication nodes move; linked: share of the host ET's ops found "
+    "in the Kineto trace ('-': only one of the two files)",
+)
 
 
 @cli.command()
