@@ -106,7 +106,7 @@ def ours(k: int, workdir: Path, link_only: bool) -> str:
     out = workdir / f"out_x{k}"
     shutil.rmtree(out, ignore_errors=True)
     cli = shutil.which("chakra-hooks") or str(Path(sys.executable).with_name("chakra-hooks"))
-    result = measure([cli, "convert", str(folder), "-o", str(out), "-j", "1"])
+    result = measure([cli, "convert", str(folder), "-o", str(out), "-j", "1", "--overwrite"])
     return row(f"ours convert K={k}", mb, result)
 
 
@@ -120,7 +120,7 @@ def instructions(k: int, workdir: Path) -> str:
     shutil.rmtree(out, ignore_errors=True)
     cli = shutil.which("chakra-hooks") or str(Path(sys.executable).with_name("chakra-hooks"))
     run = subprocess.run([valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null", cli,
-                          "convert", str(folder), "-o", str(out), "-j", "1"],
+                          "convert", str(folder), "-o", str(out), "-j", "1", "--overwrite"],
                          capture_output=True, text=True)
     found = re.search(r"I\s+refs:\s+([\d,]+)", run.stderr)
     if run.returncode != 0 or found is None:
@@ -144,7 +144,7 @@ def reference(workdir: Path) -> str:
     ours_cli = shutil.which("chakra-hooks") or str(Path(sys.executable).with_name("chakra-hooks"))
     out = workdir / "out_ref_linked"
     shutil.rmtree(out, ignore_errors=True)
-    result = measure([ours_cli, "convert", str(linked), "-o", str(out), "-j", "1"])
+    result = measure([ours_cli, "convert", str(linked), "-o", str(out), "-j", "1", "--overwrite"])
     lines.append(row("ours convert, same ref_linked file", mb, result))
     return "\n".join(lines)
 
