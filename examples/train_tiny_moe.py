@@ -22,12 +22,17 @@ import socket
 import sys
 from pathlib import Path
 
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
-from torch import nn
+# torch's C++ side warns at every ET observer start and stop (4 lines for 2 ranks) unless told
+# not to; read when torch loads, so set before importing it. A user's own setting wins.
+# (Kineto's own 'USDT ... profiler_start' lines do not follow it.)
+os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
-import chakra_hooks.collectors.torch as chakra
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+from torch import nn  # noqa: E402
+
+import chakra_hooks.collectors.torch as chakra  # noqa: E402
 
 HIDDEN = 32
 TOKENS = 16  # per rank per step

@@ -13,7 +13,8 @@ tokens, saves go to every child)::
              "kv_connector_extra_config": {"shared_storage_path": "/tmp/kv"}}]})
 
 Like ``MultiConnector`` it needs vLLM's hybrid KV-cache manager off unless every child supports
-it (``disable_hybrid_kv_cache_manager=True``; vLLM says so at start-up otherwise).
+it: vLLM turns it off by itself with a warning, and refuses the connector only when
+``disable_hybrid_kv_cache_manager=False`` is set explicitly.
 
 While vLLM's torch profiler records (and only then; otherwise each method is one global read
 more than ``MultiConnector``'s), each worker-side transfer call runs inside a
