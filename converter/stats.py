@@ -24,12 +24,13 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from chakra_hooks.linker.gaps import GAP_NAME
+
 from .attrs import attr_dict, value_of
 from .schema import COMM_COLL, COMM_RECV, COMM_SEND, MEM_LOAD, MEM_STORE, Node
 
 _COMM = frozenset((COMM_COLL, COMM_SEND, COMM_RECV))
 _MEM = frozenset((MEM_LOAD, MEM_STORE))
-GAP_NAME = "host_gap"
 TOP = 10
 
 

@@ -3,9 +3,10 @@ measured durations and dependencies takes as long as the recorded window did.
 
 A thread is not busy every moment of a step: Python between ops, data loading and waits that
 no profiled op covers take time too (on the corpus's ResNet rank, 356 of the main thread's
-667 ms). An ET without that time replays too fast. Per host lane (and, in traces that recorded
-no host op at all, per device lane: the time a stream sat idle waiting for launches the trace
-does not hold), every stretch where the lane ran no op becomes one op:
+667 ms). An ET without that time replays too fast. Per host lane, and per device lane (the time
+a stream sat idle after the host op launching its next op had ended, or waiting for launches
+the trace does not hold), every stretch where the lane ran no op becomes one op
+(:func:`add_gaps`; :func:`add_idle_gaps` for ASTRA-sim, see there):
 
 - name ``host_gap``, kind COMPUTE, on the lane's side (host or device), measured start and
   duration, attribute ``gap_ns``; the first gap of a lane starts at the window's start (the
@@ -22,20 +23,14 @@ shorter gap would be written as 0 or 1. A consumer that wants ops only drops the
 
 from __future__ import annotations
 
-import bisect
-
 from chakra_hooks.linker.model import Edge, EdgeKind, LinkedTrace, Op, OpKind
 
 GAP_NAME = "host_gap"
 MIN_GAP_PS = 1_000_000  # 1 us
 
 
-def add_gaps(trace: LinkedTrace, device_idle_only: bool = False) -> int:
-    """Add the gap ops of ``trace`` (module docstring); returns how many.
-
-    ``device_idle_only``: host gaps count only the part of the idle time when no device op ran
-    either, and device lanes get none (for consumers that replay an NPU's compute nodes one
-    after another, where time the device was busy is already there)."""
+def add_gaps(trace: LinkedTrace) -> int:
+    """Add the gap ops of ``trace`` (module docstring); returns how many."""
     timed = [op for op in trace.ops if op.start_ps is not None and op.dur_ps is not None]
     if not timed:
         return 0
@@ -47,12 +42,10 @@ def add_gaps(trace: LinkedTrace, device_idle_only: bool = False) -> int:
         src = by_uid.get(e.src)
         if e.kind == EdgeKind.LAUNCH and src is not None:
             launched_by[e.dst] = max(launched_by.get(e.dst, 0), src.start_ps + src.dur_ps)
-    busy = _device_busy(timed) if device_idle_only else []
     lanes: dict[str, list[Op]] = {}
     for op in timed:
-        if op.lane.startswith("comm:") or (op.on_device and host_lanes and device_idle_only):
-            continue
-        lanes.setdefault(op.lane, []).append(op)
+        if not op.lane.startswith("comm:"):
+            lanes.setdefault(op.lane, []).append(op)
     next_uid = max(op.uid for op in trace.ops) + 1
     added = 0
     for lane, ops in lanes.items():
@@ -64,22 +57,27 @@ def add_gaps(trace: LinkedTrace, device_idle_only: bool = False) -> int:
             begin = cursor
             if op.on_device and host_lanes:
                 begin = max(cursor, launched_by.get(op.uid, cursor))
-            idle = _idle(begin, op.start_ps, busy)
-            if idle >= MIN_GAP_PS:
-                gap = Op(uid=next_uid, name=GAP_NAME, kind=OpKind.COMPUTE,
-                         on_device=op.on_device, lane=lane, start_ps=begin, dur_ps=idle,
-                         attrs={"gap_ns": idle // 1000})
+            if op.start_ps - begin >= MIN_GAP_PS:
+                _insert_gap(trace, next_uid, lane, op, begin, previous)
                 next_uid += 1
                 added += 1
-                trace.ops.append(gap)
-                if previous is not None:
-                    trace.edges.append(Edge(previous.uid, gap.uid, EdgeKind.HOST_ORDER))
-                trace.edges.append(Edge(gap.uid, op.uid, EdgeKind.HOST_ORDER))
             end = op.start_ps + op.dur_ps
             if end >= cursor:
                 cursor, previous = end, op
     trace.stats["gaps"] = added
     return added
+
+
+def _insert_gap(trace: LinkedTrace, uid: int, lane: str, op: Op, start: int,
+                previous: Op | None) -> None:
+    """A gap op from ``start`` to ``op``'s start on ``lane``: previous -> gap -> op."""
+    dur = op.start_ps - start
+    gap = Op(uid=uid, name=GAP_NAME, kind=OpKind.COMPUTE, on_device=op.on_device, lane=lane,
+             start_ps=start, dur_ps=dur, attrs={"gap_ns": dur // 1000})
+    trace.ops.append(gap)
+    if previous is not None:
+        trace.edges.append(Edge(previous.uid, gap.uid, EdgeKind.HOST_ORDER))
+    trace.edges.append(Edge(gap.uid, op.uid, EdgeKind.HOST_ORDER))
 
 
 def add_idle_gaps(trace: LinkedTrace) -> int:
@@ -97,45 +95,10 @@ def add_idle_gaps(trace: LinkedTrace) -> int:
     reach = timed[0].start_ps  # the end of everything that started so far
     for op in timed:
         if op.start_ps - reach >= MIN_GAP_PS and not op.lane.startswith("comm:"):
-            gap = Op(uid=next_uid, name=GAP_NAME, kind=OpKind.COMPUTE, on_device=op.on_device,
-                     lane=op.lane, start_ps=reach, dur_ps=op.start_ps - reach,
-                     attrs={"gap_ns": (op.start_ps - reach) // 1000})
+            _insert_gap(trace, next_uid, op.lane, op, reach, last_on_lane.get(op.lane))
             next_uid += 1
             added += 1
-            trace.ops.append(gap)
-            previous = last_on_lane.get(op.lane)
-            if previous is not None:
-                trace.edges.append(Edge(previous.uid, gap.uid, EdgeKind.HOST_ORDER))
-            trace.edges.append(Edge(gap.uid, op.uid, EdgeKind.HOST_ORDER))
         reach = max(reach, op.start_ps + op.dur_ps)
         last_on_lane[op.lane] = op
     trace.stats["gaps"] = added
     return added
-
-
-def _device_busy(ops: list[Op]) -> list[tuple[int, int]]:
-    """The union of the device ops' spans, as sorted disjoint (start, end) intervals."""
-    spans = sorted((op.start_ps, op.start_ps + op.dur_ps) for op in ops if op.on_device)
-    merged: list[tuple[int, int]] = []
-    for start, end in spans:
-        if merged and start <= merged[-1][1]:
-            if end > merged[-1][1]:
-                merged[-1] = (merged[-1][0], end)
-        else:
-            merged.append((start, end))
-    return merged
-
-
-def _idle(start: int, end: int, busy: list[tuple[int, int]]) -> int:
-    """How much of [start, end) no interval of ``busy`` covers."""
-    if end <= start:
-        return 0
-    covered = 0
-    i = bisect.bisect_right(busy, (start, float("inf"))) - 1
-    i = max(i, 0)
-    while i < len(busy) and busy[i][0] < end:
-        lo, hi = max(busy[i][0], start), min(busy[i][1], end)
-        if hi > lo:
-            covered += hi - lo
-        i += 1
-    return end - start - covered

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from chakra_hooks.errors import TraceFormatError
 from chakra_hooks.linker.model import PS_PER_NS, Edge, EdgeKind, LinkedTrace, Op, OpKind
-from chakra_hooks.linker.sidecars import read_records
+from chakra_hooks.linker.sidecars import read_records, recorded_ranges
 
 KV_FORMAT = "chakra-hooks-kv/1"
 _KINDS = {"load": OpKind.MEM_LOAD, "store": OpKind.MEM_STORE,
@@ -55,9 +55,7 @@ def read_sidecar(path: Path) -> list[dict]:
 
 def _ranges(trace: LinkedTrace, records: list[dict]) -> list[tuple[int, int, str] | None]:
     """Per record: (start ps, end ps, lane) on the trace's clock, or None."""
-    recorded: dict[str, list[tuple[int, int, str]]] = {}
-    for name, start, dur, lane in sorted(trace.annotations, key=lambda a: a[1]):
-        recorded.setdefault(name, []).append((start, start + dur, lane))
+    recorded = recorded_ranges(trace)
     on_unix = trace.clock.startswith("kineto:")
     seen: dict[str, int] = {}
     out: list[tuple[int, int, str] | None] = []

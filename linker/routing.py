@@ -37,7 +37,7 @@ from pathlib import Path
 
 from chakra_hooks.errors import TraceFormatError
 from chakra_hooks.linker.model import Edge, EdgeKind, LinkedTrace, Op, OpKind
-from chakra_hooks.linker.sidecars import read_records
+from chakra_hooks.linker.sidecars import read_records, recorded_ranges
 
 SIDECAR_FORMAT = "chakra-hooks-routing/1"
 _REQUIRED = ("step", "layer", "num_experts", "top_k", "tokens", "bins", "annotation",
@@ -105,19 +105,10 @@ def _attrs(rec: dict) -> dict:
 Region = tuple[Op | None, int | None, int | None]  # annotation op, start ps, end ps
 
 
-def _recorded_ranges(trace: LinkedTrace) -> dict[str, list[tuple[int, int]]]:
-    """Annotation ranges as the device trace recorded them, per name in time order (vLLM's
-    engine steps: the vLLM collector's records name the step they count)."""
-    found: dict[str, list[tuple[int, int]]] = {}
-    for name, start, dur, _lane in sorted(trace.annotations, key=lambda a: a[1]):
-        found.setdefault(name, []).append((start, start + dur))
-    return found
-
-
 def _regions(trace: LinkedTrace, records: list[dict]) -> list[Region]:
     """Per record: (annotation op or None, region start ps, region end ps) on the trace clock."""
     anns = _annotation_ops(trace, {r["annotation"] for r in records})
-    ranges = _recorded_ranges(trace)
+    ranges = recorded_ranges(trace)
     # The sidecar's clock is unix ns, which is what Kineto-based traces are on (in ps).
     on_unix = trace.clock.startswith("kineto:")
     offsets = []
@@ -137,7 +128,7 @@ def _regions(trace: LinkedTrace, records: list[dict]) -> list[Region]:
         if ann is not None:
             out.append((ann, ann.start_ps, ann.start_ps + ann.dur_ps))
         elif rec["occurrence"] < len(recorded):
-            out.append((None, *recorded[rec["occurrence"]]))
+            out.append((None, *recorded[rec["occurrence"]][:2]))
         elif offset is not None:
             out.append((None, rec["start_ns"] * 1000 + offset, rec["end_ns"] * 1000 + offset))
         else:

@@ -8,6 +8,7 @@ from pathlib import Path
 import orjson
 
 from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.linker.model import LinkedTrace
 
 
 def read_records(path: Path, fmt: str, what: str, required: tuple[str, ...]) -> list[dict]:
@@ -30,3 +31,13 @@ def read_records(path: Path, fmt: str, what: str, required: tuple[str, ...]) -> 
         if missing:
             raise TraceFormatError(path, f"record {i}", f"keys {', '.join(missing)}")
     return records
+
+
+def recorded_ranges(trace: LinkedTrace) -> dict[str, list[tuple[int, int, str]]]:
+    """The annotation ranges the device trace recorded (``LinkedTrace.annotations``), per name
+    in time order, as (start ps, end ps, lane): the n-th range of a name is the n-th record of
+    it in a sidecar."""
+    found: dict[str, list[tuple[int, int, str]]] = {}
+    for name, start, dur, lane in sorted(trace.annotations, key=lambda a: a[1]):
+        found.setdefault(name, []).append((start, start + dur, lane))
+    return found
