@@ -71,10 +71,13 @@ def stage_declarations() -> str:
     package = root / "chakra_hooks"
     package.mkdir(parents=True, exist_ok=True)
     (package / "__init__.pxd").touch()
-    for folder in sorted({source.split("/")[0] for _, source in COMPILED}):
+    for folder in sorted({str(Path(source).parent) for _, source in COMPILED}):
         target = package / folder
-        target.mkdir(exist_ok=True)
-        (target / "__init__.pxd").touch()
+        for level in (target, *target.parents):  # each package level has its __init__.pxd
+            if level == package:
+                break
+            level.mkdir(parents=True, exist_ok=True)
+            (level / "__init__.pxd").touch()
         for declarations in (HERE / folder).glob("*.pxd"):
             copy = target / declarations.name
             if not copy.exists() or copy.read_bytes() != declarations.read_bytes():

@@ -10,7 +10,7 @@ reports raw input MB, the best run's seconds and MB/s, the median run's seconds,
 (user + system) and MB per CPU second of the best run, and peak RSS
 (the high-water mark of the converting processes, from ``getrusage(RUSAGE_CHILDREN)`` of a
 wrapper process, so one measurement cannot inflate the next). ``--link-only`` times
-``pytorch_link.link`` alone (no converter, no writer). ``--reference`` also runs mlc-chakra's
+``linker.pytorch.link.link`` alone (no converter, no writer). ``--reference`` also runs mlc-chakra's
 ``chakra_converter`` on the reference-linked ``a100_resnet_nccl.ref_linked.json.gz`` (the
 reference linker needs PARAM's et_replay, which is not on PyPI, so only K=1 exists for it).
 
@@ -50,7 +50,7 @@ print(json.dumps({"seconds": dt, "cpu": usage.ru_utime + usage.ru_stime, "peak_k
 
 LINK_ONLY = r"""
 import sys
-from chakra_hooks.linker.pytorch_link import link
+from chakra_hooks.linker.pytorch.link import link
 trace = link(sys.argv[1], sys.argv[2])
 assert trace.stats["match_rate"] > 0.99, trace.stats
 """

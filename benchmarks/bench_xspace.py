@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 CHILD = r"""
 import json, resource, sys, time
 mode, path = sys.argv[1], sys.argv[2]
-from chakra_hooks.linker import xspace, xspace_pb2
+from chakra_hooks.linker.xla import xspace, xspace_pb2
 events = 0
 t = time.perf_counter()
 if mode == "parse":
@@ -75,10 +75,10 @@ elif mode == "pick":
                 plane.pick(stats, wanted)
                 events += 1
 elif mode == "devices":
-    from chakra_hooks.linker.xla_devices import collect_devices
+    from chakra_hooks.linker.xla.devices import collect_devices
     events = sum(len(d.events) for d in collect_devices(xspace.read_xspace(path)))
 else:
-    from chakra_hooks.linker import xla_link
+    from chakra_hooks.linker.xla import link as xla_link
     from chakra_hooks.linker.sources import RankJob
     from pathlib import Path
     traces = xla_link.load(RankJob("xla", {"xspace": Path(path)}))
@@ -109,7 +109,7 @@ def make_space(path: Path, size_mb: int, events_per_line: int = 200_000) -> int:
     """A GPU-like XSpace: 8 device planes of stream lines of kernel events with ref_value /
     int stats. One line is built with protobuf and its bytes repeated (with fresh line ids)
     so that hundreds of MB are written in seconds. Returns the number of events."""
-    from chakra_hooks.linker import xspace_pb2
+    from chakra_hooks.linker.xla import xspace_pb2
 
     line = xspace_pb2.XLine(id=1, name="Stream #1(Kernel)", timestamp_ns=1_000_000)
     for i in range(events_per_line):

@@ -24,18 +24,18 @@ from pathlib import Path
 COMPILED = (
     ("chakra_hooks.linker.model", "linker/model.py"),
     ("chakra_hooks.linker.jsonio", "linker/jsonio.py"),
-    ("chakra_hooks.linker.kineto_events", "linker/kineto_events.py"),
-    ("chakra_hooks.linker.kineto", "linker/kineto.py"),
-    ("chakra_hooks.linker.pytorch_et_nodes", "linker/pytorch_et_nodes.py"),
-    ("chakra_hooks.linker.pytorch_et", "linker/pytorch_et.py"),
-    ("chakra_hooks.linker.pytorch_match", "linker/pytorch_match.py"),
-    ("chakra_hooks.linker.pytorch_comms", "linker/pytorch_comms.py"),
-    ("chakra_hooks.linker.pytorch_edges", "linker/pytorch_edges.py"),
-    ("chakra_hooks.linker.pytorch_link", "linker/pytorch_link.py"),
-    ("chakra_hooks.linker.xspace", "linker/xspace.py"),
-    ("chakra_hooks.linker.xla_devices", "linker/xla_devices.py"),
-    ("chakra_hooks.linker.xla_link", "linker/xla_link.py"),
-    ("chakra_hooks.linker.hlo", "linker/hlo.py"),
+    ("chakra_hooks.linker.pytorch.kineto_events", "linker/pytorch/kineto_events.py"),
+    ("chakra_hooks.linker.pytorch.kineto", "linker/pytorch/kineto.py"),
+    ("chakra_hooks.linker.pytorch.et_nodes", "linker/pytorch/et_nodes.py"),
+    ("chakra_hooks.linker.pytorch.et", "linker/pytorch/et.py"),
+    ("chakra_hooks.linker.pytorch.match", "linker/pytorch/match.py"),
+    ("chakra_hooks.linker.pytorch.comms", "linker/pytorch/comms.py"),
+    ("chakra_hooks.linker.pytorch.edges", "linker/pytorch/edges.py"),
+    ("chakra_hooks.linker.pytorch.link", "linker/pytorch/link.py"),
+    ("chakra_hooks.linker.xla.xspace", "linker/xla/xspace.py"),
+    ("chakra_hooks.linker.xla.devices", "linker/xla/devices.py"),
+    ("chakra_hooks.linker.xla.link", "linker/xla/link.py"),
+    ("chakra_hooks.linker.xla.hlo", "linker/xla/hlo.py"),
     ("chakra_hooks.converter.attrs", "converter/attrs.py"),
     ("chakra_hooks.converter.dag", "converter/dag.py"),
     ("chakra_hooks.converter.graph", "converter/graph.py"),
@@ -78,7 +78,8 @@ class _SourceWhenStale:
         if not os.environ.get(PURE_ENV):
             # Only a source checkout edits sources after compiling; an installed wheel's files
             # are all written at once and are never stale.
-            checkout = compiled.parent.parent
+            # linker/model.py is chakra_hooks.linker.model, linker/xla/link.py ...xla.link.
+            checkout = compiled.parents[name.count(".") - 1]
             if not (checkout / "setup.py").is_file() or not _stale_build(checkout):
                 return None
             # Silently: a warning line would break the CLI's one-line errors. Benchmarks
@@ -92,7 +93,7 @@ _stale: bool | None = None
 def _stale_build(checkout: Path) -> bool:
     """Whether any compiled module of this checkout is missing or older than any compiled
     source or declarations file (``.pxd``: a module's own, or one it cimports, such as
-    linker/layouts.pxd). Then every module runs from source: compiled modules call the
+    linker/pytorch/layouts.pxd). Then every module runs from source: compiled modules call the
     functions and classes another one declares directly, so a stale module and a fresh one
     cannot be mixed."""
     global _stale

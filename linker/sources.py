@@ -33,10 +33,10 @@ class RankJob:
 # returning (jobs, claimed files). Tried in this order; a file claimed by one is not offered to
 # the next. Loaders: "module:function" taking a RankJob and returning list[LinkedTrace].
 DISCOVERERS: dict[str, str] = {
-    "xla": "chakra_hooks.linker.xla_discover:discover",
-    "pytorch": "chakra_hooks.linker.pytorch_discover:discover",
+    "xla": "chakra_hooks.linker.xla.discover:discover",
+    "pytorch": "chakra_hooks.linker.pytorch.discover:discover",
 }
 LOADERS: dict[str, str] = {
-    "xla": "chakra_hooks.linker.xla_link:load",
-    "pytorch": "chakra_hooks.linker.pytorch_link:load",
+    "xla": "chakra_hooks.linker.xla.link:load",
+    "pytorch": "chakra_hooks.linker.pytorch.link:load",
 }

@@ -87,7 +87,7 @@ def test_checkout_runs_all_from_source_once_any_module_is_stale(tmp_path, monkey
     assert stale()
     os.utime(declarations, (1500, 1500))
     assert not stale()
-    shared = first.with_name("layouts.pxd")  # declarations no module owns, cimported by some
+    shared = tmp_path / "linker" / "pytorch" / "layouts.pxd"  # no module owns it; some cimport it
     shared.write_text("")
     os.utime(shared, (3000, 3000))
     assert stale()

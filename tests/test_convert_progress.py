@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from chakra_hooks.convert import LINKED, convert_paths
-from chakra_hooks.linker.pytorch_link import PROGRESS_ET_READ, PROGRESS_KINETO_READ, link
+from chakra_hooks.linker.pytorch.link import PROGRESS_ET_READ, PROGRESS_KINETO_READ, link
 from chakra_hooks.progress import reporting_to
 
 

@@ -32,8 +32,8 @@ def sidecar_name(module_key: str) -> str:
 
 def modules_from_xspace(xplane: Path) -> dict[str, bytes]:
     """Module key -> serialized HloModuleProto, from the profile's metadata plane."""
-    from chakra_hooks.linker import hlo_pb2
-    from chakra_hooks.linker.xspace import find_plane, read_xspace
+    from chakra_hooks.linker.xla import hlo_pb2
+    from chakra_hooks.linker.xla.xspace import find_plane, read_xspace
 
     meta = find_plane(read_xspace(xplane), "/host:metadata")
     if meta is None or "Hlo Proto" not in meta.stat_ids:

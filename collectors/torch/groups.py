@@ -5,7 +5,7 @@ does: the c10d op records its ProcessGroup argument as ``'<Object>'``. So, insid
 only, the ``torch.distributed`` collectives are wrapped to run under a ``record_function``
 range named ``chakra_pg:<pg_name>`` (the name torch gives the group, a key of the ET's
 process-group table), which lands in the host ET and Kineto around the c10d op and which the
-linker reads (``linker/pytorch_link.py``, ``GROUP_ANNOTATION``). Outside the window the
+linker reads (``linker/pytorch/link.py``, ``GROUP_ANNOTATION``). Outside the window the
 functions are torch's own. Calls through names bound before the window (``from
 torch.distributed import all_reduce``) are not seen; their collectives keep "all ranks"
 (``pg_name`` ""), without a warning yet.

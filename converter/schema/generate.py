@@ -2,7 +2,7 @@
 
     python converter/schema/generate.py
 
-Covers converter/schema/et_def.proto (the Chakra ET) and linker/xspace.proto, linker/hlo.proto
+Covers converter/schema/et_def.proto (the Chakra ET) and linker/xla/xspace.proto, linker/xla/hlo.proto
 (the XProf profile and XLA HLO). Needs grpcio-tools. Each generated module is patched to
 register in a private descriptor pool: the MLCommons tools register the same Chakra message
 names (ChakraProtoMsg.Node, ...), and TensorFlow, xprof or jaxlib may register XSpace or HLO
@@ -22,8 +22,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 PROTOS = (
     REPO / "converter" / "schema" / "et_def.proto",
-    REPO / "linker" / "xspace.proto",
-    REPO / "linker" / "hlo.proto",
+    REPO / "linker" / "xla" / "xspace.proto",
+    REPO / "linker" / "xla" / "hlo.proto",
 )
 DEFAULT_POOL = "_descriptor_pool.Default().AddSerializedFile("
 PRIVATE_POOL = "_descriptor_pool.DescriptorPool().AddSerializedFile("

@@ -9,7 +9,7 @@ import pytest
 
 np = pytest.importorskip("numpy")
 
-from chakra_hooks.linker import hlo, xspace
+from chakra_hooks.linker.xla import hlo, xspace
 
 # Printed by jax 0.10.2 (CPU, 4 forced devices) for a shard_map with psum / all_gather /
 # psum_scatter / all_to_all / ppermute: `jit(f).lower(x).compile().as_text()` (trimmed).

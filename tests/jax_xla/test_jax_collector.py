@@ -20,7 +20,7 @@ from chakra_hooks.convert import convert_paths
 from chakra_hooks.converter import etio, validate
 from chakra_hooks.converter.attrs import attr_dict, value_of
 from chakra_hooks.converter.schema import NodeType
-from chakra_hooks.linker import hlo, xspace
+from chakra_hooks.linker.xla import hlo, xspace
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("jax") is None,
                                 reason="jax is not installed (pip install chakra-hooks[jax])")
@@ -177,7 +177,7 @@ def test_user_exception_propagates_and_window_is_closed(tmp_path: Path) -> None:
 
 
 def test_importing_the_collector_and_linker_does_not_import_jax() -> None:
-    code = ("import sys, chakra_hooks.collectors.jax_xla, chakra_hooks.linker.xla_link, "
-            "chakra_hooks.linker.xla_discover; print('jax' in sys.modules)")
+    code = ("import sys, chakra_hooks.collectors.jax_xla, chakra_hooks.linker.xla.link, "
+            "chakra_hooks.linker.xla.discover; print('jax' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

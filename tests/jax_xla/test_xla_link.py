@@ -12,7 +12,9 @@ np = pytest.importorskip("numpy")
 from chakra_hooks.convert import convert_paths
 from chakra_hooks.converter import etio, graph, validate
 from chakra_hooks.errors import TraceFormatError
-from chakra_hooks.linker import xla_discover, xla_link, xspace, xspace_pb2
+from chakra_hooks.linker.xla import discover as xla_discover
+from chakra_hooks.linker.xla import link as xla_link
+from chakra_hooks.linker.xla import xspace, xspace_pb2
 from chakra_hooks.linker.model import CommType, EdgeKind, LinkedTrace, OpKind
 from chakra_hooks.linker.sources import RankJob
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from chakra_hooks.errors import TraceFormatError
-from chakra_hooks.linker import xspace, xspace_pb2
+from chakra_hooks.linker.xla import xspace, xspace_pb2
 
 TPU = "jax_xla/tpu_inference_2.xplane.pb"
 GPU = "jax_xla/mi300x_jax_conv.xplane.pb"

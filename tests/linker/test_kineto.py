@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from chakra_hooks.errors import TraceFormatError
-from chakra_hooks.linker.kineto import _ns, read_kineto
+from chakra_hooks.linker.pytorch.kineto import _ns, read_kineto
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +126,7 @@ def test_bad_event_named_by_index_past_first_chunk(tmp_path: Path, bad: bytes,
     """Events are decoded in chunks: an error in a later chunk still names its own index,
     whether the reader cut the array itself or msgspec split it (an event whose name holds
     the text of a cut, ``},{``, makes one cut fail its proof)."""
-    from chakra_hooks.linker.kineto import CHUNK, CHUNK_BYTES
+    from chakra_hooks.linker.pytorch.kineto import CHUNK, CHUNK_BYTES
     good = b'{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1}'
     odd = good.replace(b'"a"', b'"a},{b"')
     index = max(CHUNK, CHUNK_BYTES // len(good)) + 7
@@ -152,7 +152,7 @@ def _same_events(a, b) -> bool:
 def test_cut_and_split_read_alike(corpus: Path, name: str, monkeypatch) -> None:
     """The reader's own cuts and msgspec's split give the same events (the corpus files are
     cut by the reader: the split is the fallback)."""
-    from chakra_hooks.linker import kineto
+    from chakra_hooks.linker.pytorch import kineto
     monkeypatch.setattr(kineto, "CHUNK_BYTES", 1 << 14)  # many chunks even for small files
     assert kineto._cut_events(kineto.read_bytes(corpus / name)) is not None
     cut = read_kineto(corpus / name)
@@ -181,7 +181,7 @@ def test_cuts_prove_the_document_or_give_way(text: bytes, cut: bool, monkeypatch
     split: the marker check refuses an array that is not the document's own traceEvents, and a
     cut inside an event fails its chunk's decoding."""
     import msgspec
-    from chakra_hooks.linker import kineto
+    from chakra_hooks.linker.pytorch import kineto
     monkeypatch.setattr(kineto, "CHUNK_BYTES", 1)  # a cut at every "},{"
     found = kineto._cut_events(text)
     try:

@@ -1,4 +1,4 @@
-"""linker/layouts.pxd against the structs it describes.
+"""linker/pytorch/layouts.pxd against the structs it describes.
 
 The compiled build reads and writes the fields of the structs declared there as C struct
 members at fixed offsets. Importing a compiled module fails when a struct's size no longer
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-LAYOUTS = Path(__file__).resolve().parents[2] / "linker" / "layouts.pxd"
+LAYOUTS = Path(__file__).resolve().parents[2] / "linker" / "pytorch/layouts.pxd"
 _CLASS = re.compile(r"^cdef extern class ([\w.]+)\.(\w+) \[check_size error\]:\n((?:    cdef object \w+\n)+)",
                     re.MULTILINE)
 
@@ -57,7 +57,7 @@ def test_declared_fields_are_the_slots_in_offset_order(module: str, name: str, f
     assert [slots[f] for f in fields] == [header + i * pointer for i in range(len(fields))]
     assert cls.__basicsize__ == header + len(fields) * pointer
     assert set(fields) == set(cls.__struct_fields__)  # every field, and nothing but fields
-    assert cls.__struct_config__.gc is False  # see layouts.pxd: direct writes skip GC tracking
+    assert cls.__struct_config__.gc is False  # see pytorch/layouts.pxd: direct writes skip GC tracking
 
 
 def test_both_structs_are_declared() -> None:

@@ -14,7 +14,7 @@ from chakra_hooks.converter.graph import build_graph
 from chakra_hooks.converter.inspect import summarize
 from chakra_hooks.converter.validate import validate
 from chakra_hooks.linker.model import OpKind
-from chakra_hooks.linker.pytorch_link import link
+from chakra_hooks.linker.pytorch.link import link
 
 PAIRS = {
     "resnet": ("pytorch/a100_resnet_nccl/host_et.json.gz", "pytorch/a100_resnet_nccl/kineto.json.gz"),

@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from chakra_hooks.linker.pytorch_discover import discover, rank_from_name
+from chakra_hooks.linker.pytorch.discover import discover, rank_from_name
 
 
 def _files(*dirs: Path) -> list[Path]:

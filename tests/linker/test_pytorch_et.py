@@ -9,8 +9,8 @@ import pytest
 
 from chakra_hooks.errors import TraceFormatError
 from chakra_hooks.linker.model import CommType
-from chakra_hooks.linker.pytorch_comms import classify, from_record_param_comms
-from chakra_hooks.linker.pytorch_et import USER_SCOPE, read_host_et, tensor_bytes
+from chakra_hooks.linker.pytorch.comms import classify, from_record_param_comms
+from chakra_hooks.linker.pytorch.et import USER_SCOPE, read_host_et, tensor_bytes
 
 
 def test_schema_1_0_1_flat_layout(corpus: Path) -> None:
@@ -84,7 +84,7 @@ def test_unknown_schema_warns(tmp_path: Path) -> None:
 
 def test_bad_attrs_named_by_node_past_first_chunk(tmp_path: Path) -> None:
     """Attrs are decoded many nodes at a time: a bad list still names its own node."""
-    from chakra_hooks.linker.pytorch_et import CHUNK
+    from chakra_hooks.linker.pytorch.et import CHUNK
     root = b'{"id": 1, "name": "[pytorch|profiler|execution_trace|process]", "ctrl_deps": 1}'
     good = b'{"id": %d, "name": "aten::add", "ctrl_deps": 1, "attrs": [{"name": "rf_id", ' \
            b'"type": "uint64", "value": 3}]}'

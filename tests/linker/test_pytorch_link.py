@@ -10,7 +10,7 @@ import pytest
 
 from chakra_hooks.errors import TraceFormatError
 from chakra_hooks.linker.model import CommType, EdgeKind, LinkedTrace, OpKind
-from chakra_hooks.linker.pytorch_link import link, load
+from chakra_hooks.linker.pytorch.link import link, load
 from chakra_hooks.linker.sources import RankJob
 
 
@@ -333,8 +333,8 @@ def test_host_ranges_in_entry_order_and_nested() -> None:
     around it as parent: here with many equal starts, as nested annotations have."""
     import random
 
-    from chakra_hooks.linker.kineto_events import KEvent
-    from chakra_hooks.linker.pytorch_match import index_threads
+    from chakra_hooks.linker.pytorch.kineto_events import KEvent
+    from chakra_hooks.linker.pytorch.match import index_threads
 
     rng = random.Random(7)
     host = [KEvent(f"op{i}", "cpu_op", "X", pid=1, tid=1 + i % 2, start=rng.randrange(0, 40) * 10,

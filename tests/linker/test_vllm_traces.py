@@ -11,9 +11,10 @@ import pytest
 from chakra_hooks.convert import convert_paths
 from chakra_hooks.converter.etio import read_et
 from chakra_hooks.errors import TraceFormatError
-from chakra_hooks.linker import kv, pytorch_engine_steps
+from chakra_hooks.linker import kv
+from chakra_hooks.linker.pytorch import engine_steps as pytorch_engine_steps
 from chakra_hooks.linker.model import CommType, OpKind
-from chakra_hooks.linker.pytorch_comms import classify, kernel_collective
+from chakra_hooks.linker.pytorch.comms import classify, kernel_collective
 
 
 def _attrs(node) -> dict:

@@ -24,9 +24,9 @@ from pathlib import Path
 import msgspec
 
 from chakra_hooks.errors import TraceFormatError
-from chakra_hooks.linker import pytorch_et_nodes
+from chakra_hooks.linker.pytorch import et_nodes as pytorch_et_nodes
 from chakra_hooks.linker.jsonio import decode, read_bytes
-from chakra_hooks.linker.pytorch_et_nodes import NULL, EtNode, IORaw, as_json
+from chakra_hooks.linker.pytorch.et_nodes import NULL, EtNode, IORaw, as_json
 
 KNOWN_SCHEMAS = ("1.0.1", "1.0.2", "1.0.3", "1.0.4", "1.1.0", "1.1.1")
 USER_SCOPE = 7  # RecordScope::USER_SCOPE: record_function annotations and the ET roots
@@ -81,7 +81,7 @@ CHUNK = 1024  # nodes whose attrs (or inputs / outputs) are decoded in one call
 
 class _EtDoc(msgspec.Struct):
     # (Spelled through the module: msgspec evaluates this annotation in this module's
-    # globals, where the compiled build has no `EtNode`: pytorch_et.pxd cimports it.)
+    # globals, where the compiled build has no `EtNode`: pytorch/et.pxd cimports it.)
     nodes: list[pytorch_et_nodes.EtNode] | None = None
     schema: object = ""
     pid: object = None

@@ -19,14 +19,14 @@ from pathlib import Path
 import orjson
 
 from chakra_hooks.errors import TraceFormatError
-from chakra_hooks.linker import hlo
+from chakra_hooks.linker.xla import hlo
 from chakra_hooks.linker.model import (
     CommInfo, CommType, Edge, EdgeKind, LinkedTrace, Op, OpKind, TensorIO,
 )
 from chakra_hooks.linker.sources import RankJob
 from chakra_hooks.linker.gc_pause import gc_paused
-from chakra_hooks.linker.xla_devices import Device, DeviceEvent, collect_devices
-from chakra_hooks.linker.xspace import PlaneView, find_plane, profile_start_ns, read_xspace
+from chakra_hooks.linker.xla.devices import Device, DeviceEvent, collect_devices
+from chakra_hooks.linker.xla.xspace import PlaneView, find_plane, profile_start_ns, read_xspace
 
 COMM_TYPES: dict[str, CommType] = {
     "all-reduce": CommType.ALL_REDUCE,

@@ -37,14 +37,14 @@ import msgspec
 
 from chakra_hooks.errors import TraceFormatError
 from chakra_hooks.linker.jsonio import decode, read_bytes
-from chakra_hooks.linker.kineto_events import NO_ARGS, CommonArgs, KArgs, KEvent
+from chakra_hooks.linker.pytorch.kineto_events import NO_ARGS, CommonArgs, KArgs, KEvent
 
 HOST_CATS = frozenset(("cpu_op", "user_annotation"))
 RUNTIME_CATS = frozenset(("cuda_runtime", "cuda_driver"))
 DEVICE_CATS = frozenset(("kernel", "gpu_memcpy", "gpu_memset"))
 
 
-# Host ranges whose args the comm rules read (pytorch_comms: record_param_comms metadata,
+# Host ranges whose args the comm rules read (pytorch/comms.py: record_param_comms metadata,
 # c10d op input dims and types, nccl:* annotations).
 _FULL_HOST_NAMES = frozenset(("record_param_comms",))
 _FULL_HOST_PREFIXES = ("c10d::", "nccl:")
@@ -142,7 +142,7 @@ def _ns(value: object) -> int:
     """Microseconds (int, or float with 3 decimals) -> integer ns: ``round(value * 1000)``.
 
     The rounding is spelled out (half to even, as ``round``) because the compiled build runs
-    it on C numbers (kineto.pxd), where the builtin ``round`` was most of this function's
+    it on C numbers (pytorch/kineto.pxd), where the builtin ``round`` was most of this function's
     cost; it runs for every time of every kept event.
     """
     if type(value) is int:

@@ -1,10 +1,10 @@
 # Declarations for the compiled build only (setup.py; the .py runs unchanged without them):
 # the per-event loop's containers as the builtin types they are, so that their methods are
 # direct C calls rather than Python method calls; its time conversion a C call on C numbers;
-# and its events as KEvent (linker/layouts.pxd), so their fields are read and written as C
+# and its events as KEvent (linker/pytorch/layouts.pxd), so their fields are read and written as C
 # struct members.
 cimport cython
-from chakra_hooks.linker.layouts cimport KEvent
+from chakra_hooks.linker.pytorch.layouts cimport KEvent
 
 @cython.locals(number=cython.double, scaled=cython.double, whole=cython.longlong, rest=cython.double)
 cpdef object _ns(object value)

@@ -19,9 +19,9 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from chakra_hooks.linker.kineto_events import KEvent
-from chakra_hooks.linker.pytorch_et import HostEt
-from chakra_hooks.linker.pytorch_et_nodes import EtNode
+from chakra_hooks.linker.pytorch.kineto_events import KEvent
+from chakra_hooks.linker.pytorch.et import HostEt
+from chakra_hooks.linker.pytorch.et_nodes import EtNode
 
 LOOKAHEAD = 16
 ANCHOR_PROBE = 8  # leading names that must agree for a start to be tried
@@ -29,7 +29,7 @@ MAX_STARTS = 256  # starts tried per thread
 SCORE_PREFIX = 4096  # ET nodes aligned to score one start
 
 
-@dataclass  # slotted by linker/pytorch_match.pxd when compiled (a C class)
+@dataclass  # slotted by linker/pytorch/match.pxd when compiled (a C class)
 class KThread:
     """Host ranges of one Kineto thread, in entry order, with their nesting filled in."""
 

@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING
 from chakra_hooks.linker.model import Edge, EdgeKind
 
 if TYPE_CHECKING:
-    from chakra_hooks.linker.kineto_events import KEvent
-    from chakra_hooks.linker.pytorch_link import _Linker
+    from chakra_hooks.linker.pytorch.kineto_events import KEvent
+    from chakra_hooks.linker.pytorch.link import _Linker
 
 _PREFIXES = ("cuda", "hip")
 DEVICE_SYNC = {p + "DeviceSynchronize" for p in _PREFIXES} | {"cudaCtxSynchronize"}

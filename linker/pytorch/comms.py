@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import orjson
 
 from chakra_hooks.linker.model import CommType, OpKind
-from chakra_hooks.linker.pytorch_et import tensor_bytes
-from chakra_hooks.linker.pytorch_et_nodes import EtNode
+from chakra_hooks.linker.pytorch.et import tensor_bytes
+from chakra_hooks.linker.pytorch.et_nodes import EtNode
 
 # Collective names as record_param_comms, c10d op names, nccl:* annotations and kernel names
 # spell them, lower-cased with '_' removed -> kind and type.

@@ -1,12 +1,12 @@
 # Declarations for the compiled build only (setup.py; the .py runs unchanged without them):
 # a linking run as a C class, so that its steps read its state as C struct members and call
 # one another directly, and the per-event and per-node loops' events, nodes and ops as the C
-# classes they are (linker/layouts.pxd, linker/model.pxd), so that their fields are read and
+# classes they are (linker/pytorch/layouts.pxd, linker/model.pxd), so that their fields are read and
 # written as C struct members.
 cimport cython
-from chakra_hooks.linker.layouts cimport EtNode, KEvent
+from chakra_hooks.linker.pytorch.layouts cimport EtNode, KEvent
 from chakra_hooks.linker.model cimport Edge, Op
-from chakra_hooks.linker.pytorch_match cimport KThread
+from chakra_hooks.linker.pytorch.match cimport KThread
 
 
 @cython.locals(node=EtNode, root=EtNode, n=EtNode, stack=list, tops=list, pg_inits=list,

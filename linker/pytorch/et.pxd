@@ -1,9 +1,9 @@
 # Declarations for the compiled build only (setup.py; the .py runs unchanged without them):
-# the per-node loops' nodes as EtNode (linker/layouts.pxd), so that their fields are read and
+# the per-node loops' nodes as EtNode (linker/pytorch/layouts.pxd), so that their fields are read and
 # written as C struct members, and their containers as the builtin types they are.
 cimport cython
-from chakra_hooks.linker.layouts cimport EtNode
-from chakra_hooks.linker.pytorch_et_nodes cimport as_json
+from chakra_hooks.linker.pytorch.layouts cimport EtNode
+from chakra_hooks.linker.pytorch.et_nodes cimport as_json
 
 
 @cython.locals(node=EtNode)

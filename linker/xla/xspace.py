@@ -27,7 +27,7 @@ from google.protobuf import descriptor_pb2, message_factory
 from google.protobuf.message import DecodeError
 
 from chakra_hooks.errors import TraceFormatError
-from chakra_hooks.linker import xspace_pb2
+from chakra_hooks.linker.xla import xspace_pb2
 
 StatValue = Union[int, float, str, bytes]
 

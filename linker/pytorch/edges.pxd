@@ -1,9 +1,9 @@
 # Declarations for the compiled build only (setup.py; the .py runs unchanged without them):
 # the per-op loops' ops, edges and ET nodes as the C classes they are (linker/model.pxd,
-# linker/layouts.pxd), so that their fields are read as C struct members, and their
+# linker/pytorch/layouts.pxd), so that their fields are read as C struct members, and their
 # containers as the builtin types they are.
 cimport cython
-from chakra_hooks.linker.layouts cimport EtNode
+from chakra_hooks.linker.pytorch.layouts cimport EtNode
 from chakra_hooks.linker.model cimport Edge, Op
 
 

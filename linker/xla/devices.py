@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 
 from chakra_hooks.linker.gc_pause import gc_paused
-from chakra_hooks.linker.xspace import SESSION_CLOCK, PlaneView, XSpaceFile, device_clock_offset
+from chakra_hooks.linker.xla.xspace import SESSION_CLOCK, PlaneView, XSpaceFile, device_clock_offset
 
 _DEVICE_PLANE_RE = re.compile(r"^/device:(TPU|GPU):(\d+)$")
 _STREAM_RE = re.compile(r"Stream #(\d+)")

@@ -1,9 +1,9 @@
 # Declarations for the compiled build only (setup.py; the .py runs unchanged without them):
-# Kineto events and ET nodes as KEvent / EtNode (linker/layouts.pxd), so that the matching
+# Kineto events and ET nodes as KEvent / EtNode (linker/pytorch/layouts.pxd), so that the matching
 # loops read and write their fields as C struct members; a thread's ranges as a C class, so
 # that finding the range open around a launch (once per device op) is a direct call.
 cimport cython
-from chakra_hooks.linker.layouts cimport EtNode, KEvent
+from chakra_hooks.linker.pytorch.layouts cimport EtNode, KEvent
 
 
 cdef class KThread:

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from chakra_hooks.linker import hlo_pb2
+from chakra_hooks.linker.xla import hlo_pb2
 
 # Bits per element; a shape's byte size rounds the total up to whole bytes.
 DTYPE_BITS: dict[str, int] = {

@@ -1,7 +1,7 @@
-"""The structs a Kineto trace's events are decoded into (read by linker/kineto.py).
+"""The structs a Kineto trace's events are decoded into (read by linker/pytorch/kineto.py).
 
 They live apart from the reader so that compiled modules, the reader included, can read and
-write a :class:`KEvent`'s fields directly in C (linker/layouts.pxd declares its memory layout:
+write a :class:`KEvent`'s fields directly in C (linker/pytorch/layouts.pxd declares its memory layout:
 a msgspec struct keeps its fields in fixed slots, like ``__slots__``); a module cannot declare
 the layout of a class it defines itself.
 """

@@ -13,7 +13,7 @@
 # gave each field. Only gc=False structs belong here: a write that bypasses msgspec's
 # ``__setattr__`` also bypasses its garbage-collector tracking of gc=True structs.
 
-cdef extern class chakra_hooks.linker.kineto_events.KEvent [check_size error]:
+cdef extern class chakra_hooks.linker.pytorch.kineto_events.KEvent [check_size error]:
     cdef object args
     cdef object cat
     cdef object dur
@@ -28,7 +28,7 @@ cdef extern class chakra_hooks.linker.kineto_events.KEvent [check_size error]:
     cdef object tid
 
 
-cdef extern class chakra_hooks.linker.pytorch_et_nodes.EtNode [check_size error]:
+cdef extern class chakra_hooks.linker.pytorch.et_nodes.EtNode [check_size error]:
     cdef object attr_raw
     cdef object attrs
     cdef object cached_in

@@ -1,8 +1,8 @@
 """The struct a PyTorch host ET node is decoded into, with its inputs / outputs helpers
-(read by linker/pytorch_et.py).
+(read by linker/pytorch/et.py).
 
 It lives apart from the reader so that compiled modules, the reader included, can read and
-write an :class:`EtNode`'s fields directly in C (linker/layouts.pxd declares its memory
+write an :class:`EtNode`'s fields directly in C (linker/pytorch/layouts.pxd declares its memory
 layout: a msgspec struct keeps its fields in fixed slots, like ``__slots__``); a module cannot
 declare the layout of a class it defines itself.
 """
@@ -155,7 +155,7 @@ def as_json(values: msgspec.Raw, shapes: msgspec.Raw, types: msgspec.Raw
 
 def collect_tensor_ids(value: object, out: list[int]) -> None:
     """Append the ids of the tensors in an ET value: a tensor is ``[id, storage, offset, numel,
-    itemsize, device]`` (as pytorch_et.tensor_bytes reads it); lists of values are searched
+    itemsize, device]`` (as et.tensor_bytes reads it); lists of values are searched
     at any depth."""
     if type(value) is not list or not value:
         return

@@ -28,7 +28,7 @@ device work launched inside the ET's window is kept.
 Edges (each from an earlier to a later start, so the graph stays acyclic): HOST_ORDER
 between consecutive top-level ops of a thread, LAUNCH host op -> device op (by
 ``correlation``, or the ``ac2g`` flow, then the launching runtime call's enclosing range),
-STREAM_ORDER between consecutive ops of a stream, SYNC (see :mod:`pytorch_edges`), and DATA
+STREAM_ORDER between consecutive ops of a stream, SYNC (see :mod:`chakra_hooks.linker.pytorch.edges`), and DATA
 between host ops on different threads (same-thread order is already HOST_ORDER): through
 ET tensor ids, and forward op -> backward op through autograd sequence numbers (ET
 ``seq_id`` or Kineto ``Sequence number``), which is what ties the autograd thread to the
@@ -50,20 +50,20 @@ import orjson
 
 from chakra_hooks import progress
 from chakra_hooks.errors import TraceFormatError
-from chakra_hooks.linker import pytorch_edges
+from chakra_hooks.linker.pytorch import edges as pytorch_edges
 from chakra_hooks.linker.gc_pause import gc_paused
-from chakra_hooks.linker.kineto import DEVICE_CATS, KinetoTrace, read_kineto
-from chakra_hooks.linker.kineto_events import KEvent
+from chakra_hooks.linker.pytorch.kineto import DEVICE_CATS, KinetoTrace, read_kineto
+from chakra_hooks.linker.pytorch.kineto_events import KEvent
 from chakra_hooks.linker.model import (PS_PER_NS, CommInfo, CommType, Edge, EdgeKind,
                                        LinkedTrace, Op, OpKind, TensorIO)
-from chakra_hooks.linker.pytorch_comms import (C10D_OPS, CommMeta, classify, from_c10d_et,
+from chakra_hooks.linker.pytorch.comms import (C10D_OPS, CommMeta, classify, from_c10d_et,
                                                from_c10d_kineto, from_kineto_args,
                                                from_nccl_annotation, from_record_param_comms,
                                                kernel_collective)
-from chakra_hooks.linker.pytorch_et import USER_SCOPE, HostEt, read_host_et
-from chakra_hooks.linker.pytorch_et_nodes import EtNode
-from chakra_hooks.linker.pytorch_groups import Groups
-from chakra_hooks.linker.pytorch_match import Match, index_threads, match_et
+from chakra_hooks.linker.pytorch.et import USER_SCOPE, HostEt, read_host_et
+from chakra_hooks.linker.pytorch.et_nodes import EtNode
+from chakra_hooks.linker.pytorch.groups import Groups
+from chakra_hooks.linker.pytorch.match import Match, index_threads, match_et
 from chakra_hooks.linker.sources import RankJob
 
 PG_INIT = "## process_group:init ##"
@@ -94,7 +94,7 @@ def load(job: RankJob) -> list[LinkedTrace]:
     """Loader entry point (see linker/sources.py)."""
     trace = link(job.files.get("host_et"), job.files.get("kineto"), job.rank)
     if trace.annotations:
-        importlib.import_module("chakra_hooks.linker.pytorch_engine_steps").tag(trace)
+        importlib.import_module("chakra_hooks.linker.pytorch.engine_steps").tag(trace)
     # Sidecars of our collectors: role -> the module whose attach(trace, path) adds them.
     for role, module in SIDECARS:
         path = job.files.get(role)

@@ -1,0 +1,1 @@
+"""PyTorch execution traces and Kineto traces: reading, matching, linking."""
