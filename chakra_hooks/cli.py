@@ -107,6 +107,11 @@ def _table(result) -> str:
         lines.append(f"{r.rank:>4} {s['nodes']:>8,} {by.get('COMP_NODE', 0):>8,} {by.get('COMM_COLL_NODE', 0):>5} "
                      f"{p2p:>5} {mem:>5} {s['duration_us']:>12,} {s['comm_bytes']:>14,} "
                      f"{(f'{100 * rate:.1f}%' if rate is not None else '-'):>7}  {', '.join(r.files)}")
+    for r in result.ranks:
+        unknown = r.summary.get("unknown")
+        if unknown:  # said apart from the columns: these nodes' values were not measured
+            lines.append(f"rank {r.rank}: not recorded in the trace: " + ", ".join(
+                f"{count:,} nodes {name}" for name, count in unknown.items()))
     if result.comm_group is not None:
         lines.append(f"process groups: {result.comm_group}")
     lines.append(f"wrote {len(result.ranks)} rank(s) to {result.outdir}")

@@ -25,7 +25,7 @@ from chakra_hooks.linker.model import PS_PER_US, CommType, EdgeKind, LinkedTrace
 from .attrs import make_attr
 from .dag import unfinished_nodes
 from .etio import decode_bodies
-from .inspect import Tally
+from .inspect import UNKNOWN_ATTRS, Tally
 from .schema import GlobalMetadata, Node, NodeType
 from .wire import NodeEncoder
 
@@ -139,7 +139,9 @@ def _retarget(ops: list[Op], target: str, keep_mem: bool) -> list[Op]:
         if kind == _METADATA:
             continue
         is_mem = kind in _MEM_KINDS
-        if (is_mem and not keep_mem) or (
+        # A collective whose size was not recorded would move 0 bytes in the simulator: it is
+        # replayed for the time it took instead (the full target keeps it, comm_size_unknown).
+        if (is_mem and not keep_mem) or (kind in _COMM_KINDS and "comm_size_unknown" in op.attrs) or (
                 kind == _COLLECTIVE and (op.comm is None or op.comm.comm_type not in ASTRA_SIM_COLLECTIVES)):
             attrs = dict(op.attrs, replayed_as_compute=kind.name)
             dur_ps = op.dur_ps
@@ -293,6 +295,7 @@ def _make_node(op: Op, deps: tuple[list, list] | None, exact_unit: str, enc: Nod
     if dur_ps is None:
         # Say so rather than pass off 0 as a measurement (an ET op that Kineto did not record).
         enc.attr(buf, "duration_unknown", True)
+        _count_unknown(tally, "duration_unknown")
     if op.bytes is not None:
         enc.int_attr(buf, "tensor_size", op.bytes, "uint64_val")
     if op.flops is not None:
@@ -310,7 +313,14 @@ def _make_node(op: Op, deps: tuple[list, list] | None, exact_unit: str, enc: Nod
     if attrs:
         for name, value in attrs.items():
             enc.attr(buf, name, value)
+            if name in UNKNOWN_ATTRS:
+                _count_unknown(tally, name)
     return bytes(buf)
+
+
+def _count_unknown(tally: Tally, name: str) -> None:
+    """What inspect counts of the attributes that say a value was not recorded."""
+    tally.unknown[name] = tally.unknown.get(name, 0) + 1
 
 
 def _comm_attrs(op: Op) -> Iterable[tuple[str, object]]:

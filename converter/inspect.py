@@ -18,6 +18,8 @@ from .attrs import value_of
 from .schema import COMM_COLL, COMM_TYPES, KNOWN_TYPES, CollectiveCommType, GlobalMetadata, Node, NodeType
 
 _RANK_IN_NAME = re.compile(r"\.(\d+)\.et(?:\.gz)?$")
+# Attributes saying a value was not recorded (or could not be resolved): counted per file.
+UNKNOWN_ATTRS = frozenset({"duration_unknown", "comm_size_unknown", "comm_unresolved"})
 
 
 def _comm_name(value: object) -> str:
@@ -27,7 +29,7 @@ def _comm_name(value: object) -> str:
 @dataclass
 class Summary:
     path: str
-    schema: str  # the metadata's ``schema`` attribute, else its ``version``
+    schema: str  # the Chakra ET schema version (GlobalMetadata.version; "" when unset)
     nodes: int
     by_type: dict[str, int]
     comm_types: dict[str, int]
@@ -46,6 +48,9 @@ class Summary:
     # {"loads", "stores", "load_bytes", "store_bytes"}.
     moe: dict[str, object] | None = None
     kv: dict[str, object] | None = None
+    # The schema of the trace it was converted from (the host ET's ``schema``), when it says.
+    source_schema: str = ""
+    unknown: dict[str, int] = field(default_factory=dict)  # UNKNOWN_ATTRS name -> nodes
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -56,13 +61,14 @@ class Tally:
     nodes, and by the converter from the nodes it writes (no decoding back)."""
 
     __slots__ = ("count_by", "duration_by", "comm_types", "comm_bytes", "nodes", "data_deps",
-                 "ctrl_deps", "cpu")
+                 "ctrl_deps", "cpu", "unknown")
 
     def __init__(self) -> None:
         self.count_by: dict[int, int] = {}
         self.duration_by: dict[int, int] = {}
         self.comm_types: Counter[str] = Counter()
         self.comm_bytes: Counter[str] = Counter()
+        self.unknown: dict[str, int] = {}
         self.nodes = self.data_deps = self.ctrl_deps = self.cpu = 0
 
     def add(self, kind: int, duration_us: int, data_deps: int, ctrl_deps: int, cpu: bool,
@@ -81,8 +87,10 @@ class Tally:
             name = _comm_name(comm_type)
             self.comm_types[name] += 1
             self.comm_bytes[name] += int(comm_size or 0)
-        elif comm_size is not None and kind != COMM_COLL:
-            self.comm_bytes[NodeType.Name(kind)] += int(comm_size)
+        elif kind != COMM_COLL and kind in COMM_TYPES:  # point-to-point, by node type
+            name = NodeType.Name(kind)
+            self.comm_types[name] += 1
+            self.comm_bytes[name] += int(comm_size or 0)
 
     def add_node(self, node: Node, path: str = "<nodes>", index: int = 0, check: bool = True) -> None:
         """One decoded node (``index``: its place in the file at ``path``, for errors); see
@@ -103,6 +111,8 @@ class Tally:
                 cpu = attr.bool_val
                 if not (is_comm or check):
                     break
+            elif name in UNKNOWN_ATTRS:
+                self.unknown[name] = self.unknown.get(name, 0) + 1
             elif is_comm:
                 if name == "comm_type":
                     comm_type = value_of(attr)
@@ -123,6 +133,8 @@ class Tally:
             self.duration_by[kind] = self.duration_by.get(kind, 0) + other.duration_by[kind]
         self.comm_types.update(other.comm_types)
         self.comm_bytes.update(other.comm_bytes)
+        for name, count in other.unknown.items():
+            self.unknown[name] = self.unknown.get(name, 0) + count
 
     def summary(self, path: str, metadata: GlobalMetadata) -> Summary:
         meta = {attr.name: value_of(attr) for attr in metadata.attr}
@@ -130,14 +142,15 @@ class Tally:
         duration = {NodeType.Name(k): v for k, v in self.duration_by.items()}
         match = _RANK_IN_NAME.search(path)
         return Summary(
-            path=path, schema=str(meta.get("schema", metadata.version)), nodes=self.nodes,
+            path=path, schema=metadata.version, nodes=self.nodes,
             by_type=by_type, comm_types=dict(self.comm_types),
             comm_bytes=sum(self.comm_bytes.values()), duration_us=sum(duration.values()),
             data_deps=self.data_deps, ctrl_deps=self.ctrl_deps,
             rank=int(match.group(1)) if match else None, version=metadata.version,
             metadata={k: v for k, v in meta.items() if isinstance(v, (str, int, float, bool))},
             duration_by_type_us=duration, comm_bytes_by_type=dict(self.comm_bytes),
-            cpu_nodes=self.cpu,
+            cpu_nodes=self.cpu, source_schema=str(meta.get("schema", "")),
+            unknown=dict(sorted(self.unknown.items())),
         )
 
 
@@ -202,10 +215,10 @@ def render(summary: Summary) -> str:
         lines.append(f"  comm       {summary.comm_bytes:,} bytes")
         for kind, count in sorted(summary.comm_types.items()):
             lines.append(f"    {kind:<16} {count:>9,} nodes {summary.comm_bytes_by_type.get(kind, 0):>14,} bytes")
-        for kind in ("COMM_SEND_NODE", "COMM_RECV_NODE"):
-            if kind in summary.comm_bytes_by_type:
-                lines.append(f"    {kind:<16} {summary.by_type.get(kind, 0):>9,} nodes "
-                             f"{summary.comm_bytes_by_type[kind]:>14,} bytes")
+    if summary.unknown:
+        lines.append("  unknown    " + ", ".join(f"{count:,} {name}" for name, count
+                                                 in summary.unknown.items())
+                     + " (nodes whose value was not recorded; README: what is in our ETs)")
     if summary.moe:
         m = summary.moe
         lines.append(f"  MoE        {m['nodes']:,} routing nodes: {m['layers']} layers x "

@@ -64,6 +64,8 @@ def validate(path: str, metadata: GlobalMetadata, nodes: Sequence[Node], target:
     report = Report(path=path, nodes=len(nodes))
     add = report.problems.append
     _check_metadata(metadata, add)
+    if not nodes:
+        add(Problem("empty", None, "no nodes: nothing of this rank was recorded (an idle device?)"))
     ids = _check_ids(nodes, add)
     for node in nodes:
         _check_node(node, ids, target, add)
@@ -141,6 +143,9 @@ def _check_comm(node: Node, attrs: dict, target: str, add) -> None:
         elif target == "astra-sim" and comm_type not in ASTRA_SIM_COMM_TYPES:
             add(Problem("astra-sim-comm-type", nid,
                         f"{CollectiveCommType.Name(comm_type)} is not simulated by ASTRA-sim (it aborts)"))
+    if target == "astra-sim" and "comm_size_unknown" in attrs:
+        add(Problem("comm-size-unknown", nid, f"{NodeType.Name(node.type)} whose size was not recorded "
+                                              "(comm_size_unknown): a simulator would move 0 bytes"))
     pg = attrs.get("pg_name")
     if pg is not None and oneof_of(pg) == "string_val" and pg.string_val and not pg.string_val.isdigit():
         add(Problem("pg-name", nid, f"pg_name {pg.string_val!r} is not \"\" or an integer string "

@@ -24,6 +24,8 @@ class Groups:
     def __init__(self, world: int | None) -> None:
         self.world = world
         self.by_name: dict[str, list[int]] = {}
+        # collectives resolved to "all ranks" only because nothing said which group they ran on
+        self.unresolved = 0
 
     def add(self, name: object, ranks: list[int] | None, size: object = None) -> None:
         if name in (None, ""):
@@ -54,7 +56,10 @@ class Groups:
         if name is not None and ranks:
             self.add(name, ranks)
         ranks = self.by_name.get(name) if name is not None else ranks
-        if not ranks or (self.world and ranks == list(range(self.world))):
+        if not ranks:
+            self.unresolved += 1
+            return None
+        if self.world and ranks == list(range(self.world)):
             return None
         if name is None:
             name = next((n for n, r in self.by_name.items() if r == sorted(ranks)), None)
@@ -67,6 +72,10 @@ class Groups:
             return int(name)
         named = sorted(n for n in self.by_name if not n.isdigit())
         return NAMED_BASE + named.index(name)
+
+    def subgroups(self) -> list[list[int]]:
+        """The groups known that are not the whole run."""
+        return [r for r in self.by_name.values() if not self.world or r != list(range(self.world))]
 
     def table(self) -> dict[int, list[int]]:
         return {self._id(name): ranks for name, ranks in self.by_name.items()}

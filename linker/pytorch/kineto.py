@@ -111,6 +111,8 @@ class KinetoTrace:
     flow_ends: dict[tuple, int] = field(default_factory=dict)  # (pid, tid, ts ns) -> ac2g id
     pids: set = field(default_factory=set)  # host process ids seen on host ranges
     events_total: int = 0
+    unknown_dur: list[KEvent] = field(default_factory=list)  # kept events the file gave no dur
+    duplicates: int = 0  # exact repeats of kept events, dropped (see drop_duplicates)
     ids: dict = field(default_factory=dict)  # reading: pid / tid values -> one shared object
     names: dict = field(default_factory=dict)  # reading: event name -> the interned name
     _full_names: dict = field(default_factory=dict)  # reading: category -> wants_full_args cache
@@ -290,6 +292,7 @@ def _read_trace(path: Path, raw_bytes: int, doc: _KinetoDoc | _KinetoRest,
     if uncorrelated:  # only then are the ac2g flow ends worth indexing
         _index_flow_ends(trace, chunks)
     trace.events_total = total
+    drop_duplicates(trace)
     if not (trace.host or trace.device or trace.runtime):
         raise TraceFormatError(path, "traceEvents", "at least one cpu_op, runtime or device event "
                                "(the trace is empty)")
@@ -311,6 +314,7 @@ def _read_events(trace: KinetoTrace, events: list[KEvent], first: int) -> int:
     host, device = trace.host, trace.device
     devices_before = len(device)
     ids, names = trace.ids, trace.names
+    unknown_dur = trace.unknown_dur
     raw_type = msgspec.Raw
     # kept events whose args are decoded afterwards (one decoder call for all of a kind: a
     # call each cost more than decoding), as CommonArgs or as all of KArgs
@@ -328,7 +332,12 @@ def _read_events(trace: KinetoTrace, events: list[KEvent], first: int) -> int:
         ev.cat = cat  # one shared string per category, not one per event
         try:
             start = ev.start = base + _ns(ev.start)
-            dur = ev.dur = _ns(ev.dur)
+            dur = ev.dur
+            if dur is None:  # not measured: kept as 0 for ordering, written duration_unknown
+                dur = ev.dur = 0
+                unknown_dur.append(ev)
+            else:
+                dur = ev.dur = _ns(dur)
         except (TypeError, ValueError, OverflowError) as exc:
             raise TraceFormatError(trace.path, f"traceEvents[{index}]",
                                    f"an event with name, pid, tid, numeric ts / dur ({exc})"
@@ -374,6 +383,31 @@ def _read_events(trace: KinetoTrace, events: list[KEvent], first: int) -> int:
         if ev.args.correlation is None:
             uncorrelated += 1
     return uncorrelated
+
+
+def drop_duplicates(trace: KinetoTrace) -> None:
+    """Drop exact repeats of kept events (a trace written or merged twice): a repeated kernel
+    would be a second node of work that never ran. An exact repeat has the same name,
+    category, process, thread, start, duration and ids (correlation, External id, Record
+    function id) as an earlier event; the count is kept for the linker's warning."""
+    for kept in (trace.host, trace.runtime, trace.device, trace.syncs):
+        seen = set()
+        unique = []
+        for ev in kept:
+            args = ev.args
+            key = (ev.name, ev.cat, ev.pid, ev.tid, ev.start, ev.dur, args.correlation,
+                   args.external_id, args.record_function_id)
+            try:
+                repeated = key in seen
+            except TypeError:  # an id of an odd type (a list, say): not compared, kept
+                unique.append(ev)
+                continue
+            if not repeated:
+                seen.add(key)
+                unique.append(ev)
+        if len(unique) != len(kept):
+            trace.duplicates += len(kept) - len(unique)
+            kept[:] = unique
 
 
 def _set_args(trace: KinetoTrace, events: list[KEvent], first: int, kept: list[KEvent],

@@ -97,7 +97,7 @@ class KEvent(msgspec.Struct, gc=False):
     pid: object = None
     tid: object = None
     start: object = msgspec.field(default=None, name="ts")
-    dur: object = 0
+    dur: object = None  # a file's event without one: the reader records it unknown, as 0
     # Decoded as raw JSON (a dropped event with odd args must not fail the file, and most
     # events' args are never read); the reader replaces a kept event's by its CommonArgs or
     # KArgs (an object or null; anything else is an error).

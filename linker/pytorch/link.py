@@ -19,7 +19,9 @@ Collectives:
   themselves, marked ``on_device=True`` on lane ``comm:<pg>``: gloo runs them on its own
   threads, and ASTRA-sim rejects COMM nodes that are CPU ops. A top-level c10d op is replaced
   by its comm op; a nested one is added beside its top-level op (PARENT edge from it, HOST_ORDER
-  edge to the op after it).
+  edge to the op after it). A c10d call on GPU tensors (or, without an ET, in a trace with
+  device work) that launched no kernel (NCCL with a zero-size input) stays a host op: it moved
+  nothing.
 
 Device ops: every ``kernel``, ``gpu_memcpy`` and ``gpu_memset`` (HtoD -> MEM_LOAD, DtoH ->
 MEM_STORE, others COMPUTE with their bytes). When Kineto covers more steps than the ET, only
@@ -145,6 +147,8 @@ class _Linker:
         self.groups = Groups(self._world_size())
         self.rpc_meta: dict[int, CommMeta] = {}  # ET id (rpc or its parent) -> metadata
         self.c10d_on_device: set[int] = set()  # id() of Kineto c10d ranges that launched kernels
+        # id() of Kineto events the file gave no duration (their ops say duration_unknown)
+        self.unknown_dur: set[int] = {id(ev) for ev in kt.unknown_dur} if kt is not None else set()
         self.window: tuple[int, int] | None = None
         # Device ops will exist: Kineto has some, or a reference-linked ET carries them.
         self.has_device = bool(kt.device) if kt is not None else (
@@ -302,6 +306,8 @@ class _Linker:
                 if found is not None:
                     kind, ctype = found
                     comm = self._comm_info(kind, ctype, meta)
+                    if kind in _P2P and (comm.src is None or comm.dst is None):
+                        kind, comm = _COMPUTE, None  # no peer: see _kernel_comm
             elif ev.cat == "gpu_memcpy":
                 kind = _COPY_KINDS.get(node.name[7:11], kind)
             op = self._add(node.name, kind, True, f"stream:0:{node.stream}", None)
@@ -343,12 +349,15 @@ class _Linker:
         return op
 
     def _c10d_on_host(self, node: EtNode, ev: KEvent | None) -> bool:
-        """A c10d op is a host-side collective when it launched no device work."""
+        """A c10d op is a host-side collective when it launched no device work and its
+        tensors are not on a GPU (gloo on CPU tensors)."""
         if ev is not None and id(ev) in self.c10d_on_device:
             return False
-        if self.has_device and (ev is None or self.kt is None) and node.on_gpu():
-            return False  # not linked to kernels, but they are in the trace: they represent it
-        return True
+        # On GPU tensors, in a trace with device work, the kernels are the collective: when
+        # they are not linked to this call, they still stand for it; when the call launched
+        # none (NCCL with a zero-size input waits on an event and moves nothing), a comm node
+        # would be work that never ran. Either way the call is a host op.
+        return not (self.has_device and node.on_gpu())
 
     def _c10d_comm_op(self, node: EtNode, ev: KEvent | None) -> Op:
         meta = self.rpc_meta.get(node.id) or from_c10d_et(node)
@@ -392,7 +401,10 @@ class _Linker:
                     continue
                 if _inside_host_op(ev):
                     continue
-                if ev.name in C10D_OPS and id(ev) not in self.c10d_on_device:
+                # Without an ET the tensors' device is unknown: in a trace with device work, a
+                # c10d call that launched none is a host op (see _c10d_on_host).
+                if (ev.name in C10D_OPS and id(ev) not in self.c10d_on_device
+                        and not self.has_device):
                     meta = from_c10d_kineto(ev.name, ev.args)
                     meta.pg_name = _kineto_annotated_group(ev)
                     kind, ctype = classify(ev.name) or (_COLLECTIVE, None)
@@ -444,10 +456,14 @@ class _Linker:
         ops.append(op)
         attrs = op.attrs
         attrs["category"] = cat
+        if self.unknown_dur and id(ev) in self.unknown_dur:
+            attrs["duration_unknown"] = True
         if meta is not None:
             _split_attrs(op, meta)
         if collective is not None:
             attrs["collective"] = collective
+            if comm is None:
+                attrs["comm_unresolved"] = "kind or peer unknown: replayed as compute"
         # Device and stream are in the lane name; the correlation leads back to Kineto.
         if type(args.correlation) is int:
             attrs["correlation"] = args.correlation
@@ -475,7 +491,12 @@ class _Linker:
             found = classify(name) if name else None
             if found is not None:
                 kind, ctype = found
-                return kind, self._comm_info(kind, ctype, meta), meta, name
+                info = self._comm_info(kind, ctype, meta)
+                if kind in _P2P and (info.src is None or info.dst is None):
+                    # A SendRecv whose launch is not in the trace: no peer, so no valid
+                    # point-to-point node; replayed by its duration (comm_unresolved says so).
+                    return _COMPUTE, None, meta, name
+                return kind, info, meta, name
         return _COMPUTE, None, meta, coll  # e.g. RCCL "Generic" without metadata
 
     def _ancestor_comm(self, anc: KEvent | None) -> tuple[CommMeta | None, str | None]:
@@ -537,6 +558,8 @@ class _Linker:
         op = Op(len(self.ops), name, kind, on_device, lane)
         if ev is not None:
             op.start_ps, op.dur_ps = ev.start * PS_PER_NS, ev.dur * PS_PER_NS
+            if self.unknown_dur and id(ev) in self.unknown_dur:
+                op.attrs["duration_unknown"] = True
             ev.op = op.uid
             self.thread_ops[(ev.pid, ev.tid)].append((ev.start, op.uid))
         self.ops.append(op)
@@ -546,10 +569,20 @@ class _Linker:
         pytorch_edges.prune_edges(self)
         trace, et, kt = self.trace, self.et, self.kt
         trace.groups = self.groups.table()
+        unresolved, subgroups = self.groups.unresolved, self.groups.subgroups()
+        if unresolved:
+            trace.stats["comm_group_unknown"] = unresolved
+            if subgroups:  # with no subgroup in the run, "all ranks" is the only answer
+                trace.warnings.append(
+                    f"{unresolved} collectives do not say which process group they ran on; "
+                    f"they are taken to span all ranks, but the run has subgroups "
+                    f"{subgroups[:4]}: record with the chakra-hooks torch collector, which "
+                    "records each call's group")
         launched = set()  # (plain loops, not comprehensions: the compiled build types `e`, `op`)
         for e in self.edges:
             if e.kind == _LAUNCH:
                 launched.add(e.dst)
+        _mark_unknown_sizes(self.ops)
         device_ops = device_linked = device_time = 0
         for op in self.ops:
             if op.on_device and op.lane.startswith("stream:"):
@@ -567,6 +600,14 @@ class _Linker:
             stats["kineto_device_events"] = len(kt.device)
             stats["input_bytes"] = stats.get("input_bytes", 0) + kt.raw_bytes
             trace.metadata.update(kineto_file=kt.path.name, kineto_events=kt.events_total)
+            if kt.duplicates:
+                stats["duplicate_events"] = kt.duplicates
+                trace.warnings.append(f"{kt.path}: {kt.duplicates} exact repeats of earlier "
+                                      "events dropped (the file holds some events twice)")
+            if kt.unknown_dur:
+                stats["duration_unknown"] = len(kt.unknown_dur)
+                trace.warnings.append(f"{kt.path}: {len(kt.unknown_dur)} events have no 'dur'; "
+                                      "their nodes say duration_unknown (0 us, not measured)")
             pids = sorted([p for p in kt.pids if type(p) is int])
             if pids:
                 trace.metadata["kineto_pid"] = pids[0]
@@ -597,6 +638,20 @@ class _Linker:
         elif pid_differs:
             trace.metadata["note"] = (f"ET pid {self.et.pid} is not Kineto's; the traces are two "
                                       f"runs of one program ({m.rate:.1%} of host ops match)")
+
+
+_P2P = (OpKind.SEND, OpKind.RECV)
+
+
+def _mark_unknown_sizes(ops: list[Op]) -> None:
+    """A communication op of 0 bytes, other than a barrier, was recorded without its sizes
+    (no record_param_comms, no c10d shapes, no NCCL metadata): say so instead of passing 0
+    off as measured. ``validate --target astra-sim`` refuses such nodes (a simulator would
+    move nothing)."""
+    for op in ops:
+        comm = op.comm
+        if comm is not None and not comm.size_bytes and comm.comm_type != CommType.BARRIER:
+            op.attrs["comm_size_unknown"] = True
 
 
 _START = attrgetter("start")
