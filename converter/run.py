@@ -111,14 +111,74 @@ def harmonize(run: dict[int, list[Node]], groups: dict[int, list[int]],
         for coll in collectives(nodes):
             _regroup(coll, rename)
     for group, per_rank in _sequences(run, {str(k): v for k, v in new_groups.items()}).items():
-        lengths = {len(seq) for seq in per_rank.values()}
-        if len(lengths) > 1:
-            warn(f"process group {group!r}: ranks run different numbers of collectives; "
-                 "ASTRA-sim will wait forever for the missing ones")
-            continue
-        for column in zip(*per_rank.values()):
+        for column in _pair_up(group, per_rank, warn):
             _equalize(column, warn)
+    for nodes in run.values():
+        _chain(collectives(nodes))
     return new_groups
+
+
+def _chain(sequence: list[Collective]) -> None:
+    """Each collective waits for the one before it on its rank (a ctrl dependency).
+
+    ASTRA-sim runs one collective at a time per NPU and starts whichever has its dependencies
+    met first; two ranks whose graphs leave two collectives unordered may start them in
+    different orders and wait for each other forever (seen on the corpus's sampled ranks). On
+    the GPU they ran in the order of their start times (NCCL queues a communicator's work),
+    which is the order this keeps. Only between collectives that started at different times,
+    so that the edge follows time as every other edge does (no cycle)."""
+    for before, after in zip(sequence, sequence[1:]):
+        node = after.node
+        if (before.node.start_time_micros < node.start_time_micros
+                and before.node.id not in node.ctrl_deps):
+            node.ctrl_deps.append(before.node.id)
+
+
+def _pair_up(group: str, per_rank: dict[int, list[Collective]], warn: Callable[[str], None]
+             ) -> list[tuple[Collective, ...]]:
+    """The collectives of a group as columns, one per collective all members ran.
+
+    Ranks whose sequences agree in length and in type at every place pair up in order (sizes
+    may differ: an uneven all-to-all). Otherwise the ranks' windows are not aligned, or
+    collectives of groups the trace does not name are mixed in: a collective pairs with
+    another rank's only where both have the same type and size in the same order (the longest
+    such common sequence, over all members), and the rest, which no other member of the run
+    is seen to join, are replayed for the time they took (ASTRA-sim would wait forever for
+    their partners).
+    """
+    sequences = list(per_rank.values())
+    if len(sequences) < 2 or (len({len(s) for s in sequences}) == 1 and all(
+            len({c.comm_type for c in column}) == 1 for column in zip(*sequences))):
+        return list(zip(*sequences))
+    from difflib import SequenceMatcher
+
+    first, *others = sequences
+    keys = [[(c.comm_type, c.size) for c in seq] for seq in sequences]
+    maps = []  # per other rank: index in the first rank's sequence -> index in its own
+    for other in keys[1:]:
+        blocks = SequenceMatcher(None, keys[0], other, autojunk=False).get_matching_blocks()
+        maps.append({a + i: b + i for a, b, size in blocks for i in range(size)})
+    common = sorted(set(range(len(first))).intersection(*maps))
+    columns = [(first[i], *(seq[m[i]] for seq, m in zip(others, maps))) for i in common]
+    paired = {id(c) for column in columns for c in column}
+    unpaired = [c for seq in sequences for c in seq if id(c) not in paired]
+    for coll in unpaired:
+        _replay_as_compute(coll, "no matching collective on the other ranks of the run")
+    counts = {rank: len(seq) for rank, seq in per_rank.items()}
+    warn(f"process group {group!r}: ranks ran different collectives ({counts} in all; windows "
+         f"not aligned, or groups the trace does not name): {len(columns)} pair up by type and "
+         f"size across ranks, {len(unpaired)} others are replayed for their duration")
+    return columns
+
+
+def _replay_as_compute(coll: Collective, reason: str) -> None:
+    """Make a collective a COMP node of the same duration (no data moved, no partner)."""
+    node = coll.node
+    node.type = COMP
+    kept = [a for a in node.attr if a.name not in ("comm_type", "comm_size", "pg_name")]
+    del node.attr[:]
+    node.attr.extend(kept)
+    node.attr.append(make_attr("replayed_as_compute", reason))
 
 
 def _renumber(groups: dict[int, list[int]], ranks: list[int], warn: Callable[[str], None]
@@ -153,11 +213,7 @@ def _regroup(coll: Collective, rename: dict[str, str | None]) -> None:
     new = rename[coll.group]
     node = coll.node
     if new is None:  # a one-member group moves no data: replay the node from its duration
-        node.type = COMP
-        kept = [a for a in node.attr if a.name not in ("comm_type", "comm_size", "pg_name")]
-        del node.attr[:]
-        node.attr.extend(kept)
-        node.attr.append(make_attr("replayed_as_compute", "single-member process group"))
+        _replay_as_compute(coll, "single-member process group")
         return
     for attr in node.attr:
         if attr.name == "pg_name":

@@ -83,3 +83,29 @@ def test_validate_command_checks_the_run(dlrm_full: Path) -> None:
                              "--limit", "0", str(dlrm_full)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 1
     assert "run of 8 ranks: FAILED" in result.stdout and "collective #3 differs" in result.stdout
+
+
+def test_ranks_whose_windows_do_not_align_pair_up_by_type_and_size(corpus: Path, tmp_path: Path) -> None:
+    # The corpus's two sampled ranks of a 128-rank job ran different collectives at the same
+    # places (an ALL_REDUCE of 78 MB on one, an ALL_TO_ALL of 11 MB on the other): written as
+    # they were, ASTRA-sim waits forever. Those that pair up by type and size stay collectives,
+    # the rest are replayed for their duration, and each rank's collectives run in the order
+    # they started.
+    kineto = corpus / "kineto_only"
+    warnings: list[str] = []
+    out = tmp_path / "astra"
+    convert_paths([kineto / "sampled_rank-0.json.gz", kineto / "sampled_rank-1.json.gz"], out,
+                  target="astra-sim", progress=False, warn=warnings.append)
+    run = {rank: etio.read_et(out / f"chakra.{rank}.et").nodes for rank in (0, 1)}
+    assert check_run(run, {}) == []
+    paired = {rank: [(c.comm_type, c.size) for c in collectives(nodes)] for rank, nodes in run.items()}
+    assert paired[0] == paired[1] and len(paired[0]) == 4
+    for nodes in run.values():
+        reasons = [attr_dict(n).get("replayed_as_compute") for n in nodes]
+        replayed = [r for r in reasons if r is not None
+                    and value_of(r).startswith("no matching collective")]
+        assert len(replayed) == 6
+        chain = collectives(nodes)
+        assert all(a.node.id in b.node.ctrl_deps for a, b in zip(chain, chain[1:]))
+    assert any("4 pair up by type and size" in w for w in warnings)
+
