@@ -162,13 +162,22 @@ def _has_record_function_ids(host: list[KEvent]) -> bool:
 
 
 def _by_sequence(nodes: list[EtNode], threads: dict[tuple, KThread]) -> dict[int, KEvent]:
+    """Match by name sequence, in ONE window for all threads.
+
+    The ET thread that was recorded first (the training loop's, whose forward pass comes
+    before autograd's backward) is aligned first, at its best start among the steps Kineto
+    recorded; from its first matched range to where its next step starts is the window, and
+    every other ET thread is aligned only with Kineto ranges inside it. Aligned on its own,
+    the backward thread could match another step (the first step often scores best: nothing
+    to accumulate yet), linking backward ops to ranges before their own forward, and device
+    work of other steps into the ET.
+    """
     per_tid: dict[int, list[EtNode]] = defaultdict(list)
     for n in nodes:
         per_tid[n.tid].append(n)
-    out: dict[int, KEvent] = {}
     used: set[tuple] = set()
     have = {key: Counter(e.name for e in th.events) for key, th in threads.items()}
-    # Largest ET threads pick their Kineto thread first.
+    paired: dict[int, tuple] = {}  # ET tid -> Kineto thread; largest ET threads pick first
     for tid, seq in sorted(per_tid.items(), key=lambda kv: -len(kv[1])):
         want = Counter(n.name for n in seq)
         best_key, best_score = None, 0
@@ -178,21 +187,37 @@ def _by_sequence(nodes: list[EtNode], threads: dict[tuple, KThread]) -> dict[int
             score = sum((want & have[key]).values())
             if score > best_score:
                 best_key, best_score = key, score
-        if best_key is None:
-            continue
-        used.add(best_key)
-        out.update(_best_alignment(seq, threads[best_key].events))
+        if best_key is not None:
+            used.add(best_key)
+            paired[tid] = best_key
+    if not paired:
+        return {}
+    # The anchor: of the threads holding a tenth of the ET or more, the one recorded first
+    # (ET ids follow the order ops were recorded in, across threads).
+    big = [tid for tid in paired if len(per_tid[tid]) * 10 >= len(nodes)] or list(paired)
+    anchor = min(big, key=lambda tid: per_tid[tid][0].id)
+    out, window = _best_alignment(per_tid[anchor], threads[paired[anchor]].events)
+    lo, hi = window
+    for tid, key in paired.items():
+        if tid != anchor:
+            inside = [e for e in threads[key].events if lo <= e.start < hi]
+            out.update(_best_alignment(per_tid[tid], inside)[0])
     return out
 
 
-def _best_alignment(seq: list[EtNode], events: list[KEvent]) -> dict[int, KEvent]:
-    """Align ``seq`` from each plausible start in ``events`` and keep the best alignment.
+def _best_alignment(seq: list[EtNode], events: list[KEvent]
+                    ) -> tuple[dict[int, KEvent], tuple[int, int]]:
+    """Align ``seq`` from each plausible start in ``events`` and keep the best alignment;
+    returns it and its window: from its first matched range to the next plausible start
+    after its last one (the next step), or to the end of the trace.
 
     Starts are where the first names of the ET thread appear in order; when Kineto recorded
     many identical steps, the one that aligns with most ET nodes wins (the first step often
     differs: no gradients to zero or accumulate yet), ties going to the start whose
     ``External id`` is closest to the ET's ``rf_id``.
     """
+    if not seq or not events:
+        return {}, (0, 0)
     probe = [n.name for n in seq[:ANCHOR_PROBE]]
     width = len(probe)
     candidates = [j for j, e in enumerate(events) if e.name == probe[0]
@@ -210,18 +235,27 @@ def _best_alignment(seq: list[EtNode], events: list[KEvent]) -> dict[int, KEvent
         if key > best_key:
             best_j, best_key = j, key
     out: dict[int, KEvent] = {}
-    _align(seq, events, best_j, out)
-    return out
+    last = _align(seq, events, best_j, out)
+    if not out:
+        return out, (0, 0)
+    first = min(ev.start for ev in out.values())
+    following = [j for j in candidates if j > last]
+    end = events[following[0]].start if following else max(e.start + e.dur for e in events) + 1
+    return out, (first, end)
 
 
-def _align(seq: list[EtNode], events: list[KEvent], j: int, out: dict[int, KEvent]) -> None:
-    """Greedy forward alignment of two name sequences with a bounded look-ahead."""
+def _align(seq: list[EtNode], events: list[KEvent], j: int, out: dict[int, KEvent]) -> int:
+    """Greedy forward alignment of two name sequences with a bounded look-ahead; returns the
+    index of the last event matched (``j - 1`` if none). Matches only move forward in both
+    sequences, so no op is linked to a range before that of an op it follows."""
     i = 0
+    last = j - 1
     n_seq, n_ev = len(seq), len(events)
     while i < n_seq and j < n_ev:
         name = seq[i].name
         if name == events[j].name:
             out[seq[i].id] = events[j]
+            last = j
             i += 1
             j += 1
             continue
@@ -235,3 +269,4 @@ def _align(seq: list[EtNode], events: list[KEvent], j: int, out: dict[int, KEven
             i += skip_et
         else:
             i += 1  # an ET node Kineto did not record here: keep Kineto's place
+    return last
