@@ -112,9 +112,9 @@ def _convert_trace(trace: LinkedTrace, job: RankJob, staging: str, prefix: str, 
     from chakra_hooks.converter import etio, graph
     from chakra_hooks.linker.gaps import add_gaps, add_idle_gaps
 
-    # The time between ops, so that the ET replays to the measured span. Not for ASTRA-sim yet:
-    # its analytical backend runs an NPU's compute nodes one after another, so host gaps (and
-    # host ops) that overlapped device work add up there (benchmarks/bench_fidelity.py).
+    # The time between ops, so that the ET replays to the measured span. ASTRA-sim's analytical
+    # backend runs one host op and one device op at a time, so its gaps are counted per
+    # resource, not per lane (linker/gaps.py; benchmarks/bench_fidelity.py).
     if gaps:
         (add_idle_gaps if target == "astra-sim" else add_gaps)(trace)
     chakra = graph.build_graph(trace, target=target, keep_mem=keep_mem, consume=True)
