@@ -28,6 +28,8 @@ TRACES = {
     "v100_dlrm_8rank": "pytorch/v100_dlrm_8rank",
     "sampled_rank-0": "kineto_only/sampled_rank-0.json.gz",
     "sampled_rank-1": "kineto_only/sampled_rank-1.json.gz",
+    # both ranks in one run: their collectives paired across ranks (converter/run.py)
+    "sampled_pair": ("kineto_only/sampled_rank-0.json.gz", "kineto_only/sampled_rank-1.json.gz"),
     "b200_eager_rank0": "kineto_only/b200_eager_rank0.json.gz",
     "vllm_capture": "vllm/mi300x_decode_full/graph_capture_rank_0.pt.trace.json.gz",
     "vllm_execution": "vllm/mi300x_decode_full/graph_execution.json.gz",
@@ -36,9 +38,10 @@ TRACES = {
 }
 
 
-def _measure(source: Path, out: Path, gaps: bool, target: str = "full") -> tuple[float, float]:
+def _measure(sources: list[Path], out: Path, gaps: bool, target: str = "full"
+             ) -> tuple[float, float]:
     """(span us, critical path us) over the ranks of one conversion: the run's longest."""
-    convert_paths([source], out, target=target, gaps=gaps, progress=False)
+    convert_paths(sources, out, target=target, gaps=gaps, progress=False, warn=lambda _: None)
     spans, paths = [], []
     for et in sorted(out.glob("*.et")):
         r = rank_stats(str(et), etio.read_et(et).nodes)
@@ -67,7 +70,7 @@ def main() -> None:
     print(f"{'trace':<18} {'span ms':>11} {'path ms, ops only':>18} {'path ms, gaps':>14}"
           f" {'coverage':>9}" + (f" {'astra-sim ms':>13} {'/ span':>7}" if args.astra else ""))
     for name, rel in TRACES.items():
-        source = Path(args.corpus) / rel
+        source = [Path(args.corpus) / r for r in ((rel,) if isinstance(rel, str) else rel)]
         with tempfile.TemporaryDirectory() as tmp:
             span, before = _measure(source, Path(tmp) / "ops", gaps=False)
             _, after = _measure(source, Path(tmp) / "gaps", gaps=True)

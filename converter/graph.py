@@ -145,7 +145,10 @@ def _retarget(ops: list[Op], target: str, keep_mem: bool) -> list[Op]:
                 kind == _COLLECTIVE and (op.comm is None or op.comm.comm_type not in ASTRA_SIM_COLLECTIVES)):
             attrs = dict(op.attrs, replayed_as_compute=kind.name)
             dur_ps = op.dur_ps
-            if is_mem and op.lane not in compute_lanes and dur_ps:
+            # A collective's time is already in the device gaps (linker/gaps.add_idle_gaps
+            # leaves collectives out: where compute idled during one, a gap holds the time),
+            # so on the compute resource it runs in zero time, or it would count twice.
+            if dur_ps and (kind in _COMM_KINDS or (is_mem and op.lane not in compute_lanes)):
                 attrs["overlapped_duration_ps"] = dur_ps
                 dur_ps = 0
             op = Op(op.uid, op.name, _COMPUTE, op.on_device, op.lane, op.start_ps, dur_ps,

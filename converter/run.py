@@ -141,23 +141,17 @@ def _pair_up(group: str, per_rank: dict[int, list[Collective]], warn: Callable[[
     Ranks whose sequences agree in length and in type at every place pair up in order (sizes
     may differ: an uneven all-to-all). Otherwise the ranks' windows are not aligned, or
     collectives of groups the trace does not name are mixed in: a collective pairs with
-    another rank's only where both have the same type and size in the same order (the longest
-    such common sequence, over all members), and the rest, which no other member of the run
-    is seen to join, are replayed for the time they took (ASTRA-sim would wait forever for
-    their partners).
+    another rank's only where both have the same type and size and ended at the same time (one
+    clock offset per rank allowed), on every member, and the rest, which no other member of
+    the run is seen to join, are replayed for the time they took (ASTRA-sim would wait
+    forever for their partners).
     """
     sequences = list(per_rank.values())
     if len(sequences) < 2 or (len({len(s) for s in sequences}) == 1 and all(
             len({c.comm_type for c in column}) == 1 for column in zip(*sequences))):
         return list(zip(*sequences))
-    from difflib import SequenceMatcher
-
     first, *others = sequences
-    keys = [[(c.comm_type, c.size) for c in seq] for seq in sequences]
-    maps = []  # per other rank: index in the first rank's sequence -> index in its own
-    for other in keys[1:]:
-        blocks = SequenceMatcher(None, keys[0], other, autojunk=False).get_matching_blocks()
-        maps.append({a + i: b + i for a, b, size in blocks for i in range(size)})
+    maps = [_match_by_end(first, other) for other in others]  # index in first -> in other
     common = sorted(set(range(len(first))).intersection(*maps))
     columns = [(first[i], *(seq[m[i]] for seq, m in zip(others, maps))) for i in common]
     paired = {id(c) for column in columns for c in column}
@@ -166,19 +160,78 @@ def _pair_up(group: str, per_rank: dict[int, list[Collective]], warn: Callable[[
         _replay_as_compute(coll, "no matching collective on the other ranks of the run")
     counts = {rank: len(seq) for rank, seq in per_rank.items()}
     warn(f"process group {group!r}: ranks ran different collectives ({counts} in all; windows "
-         f"not aligned, or groups the trace does not name): {len(columns)} pair up by type and "
-         f"size across ranks, {len(unpaired)} others are replayed for their duration")
+         f"not aligned, or groups the trace does not name): {len(columns)} pair up by type, "
+         f"size and end time across ranks, {len(unpaired)} others are replayed for their "
+         "duration")
     return columns
 
 
+PAIR_TOLERANCE_US = 1000  # and 5 % of the longer collective's duration
+
+
+def _end(coll: Collective) -> int:
+    return coll.node.start_time_micros + coll.node.duration_micros
+
+
+def _match_by_end(first: list[Collective], other: list[Collective]) -> dict[int, int]:
+    """Which collective of ``other`` is each of ``first``'s: the same type and size, ended at
+    the same time (a collective's ranks wait for each other, so they finish together), in the
+    same order. One clock offset between the two ranks is allowed: the median, over
+    ``first``'s collectives, of the end-time difference to the nearest of ``other``'s of the
+    same type and size (true pairs agree on it; the rest scatter)."""
+    by_key: dict[tuple[int, int], list[int]] = {}
+    for c in other:
+        by_key.setdefault((c.comm_type, c.size), []).append(_end(c))
+    deltas = []
+    for c in first:
+        ends = by_key.get((c.comm_type, c.size))
+        if ends:
+            deltas.append(min((e - _end(c) for e in ends), key=abs))
+    if not deltas:
+        return {}
+    offset = sorted(deltas)[len(deltas) // 2]
+    firsts = sorted(range(len(first)), key=lambda i: _end(first[i]))
+    theirs = sorted(range(len(other)), key=lambda j: _end(other[j]))
+    out: dict[int, int] = {}
+    i = j = 0
+    while i < len(firsts) and j < len(theirs):  # both in end order: a linear merge
+        a, b = first[firsts[i]], other[theirs[j]]
+        gap = _end(b) - offset - _end(a)
+        tolerance = PAIR_TOLERANCE_US + max(a.node.duration_micros, b.node.duration_micros) // 20
+        if abs(gap) <= tolerance and (a.comm_type, a.size) == (b.comm_type, b.size):
+            out[firsts[i]] = theirs[j]
+            i += 1
+            j += 1
+        elif gap > 0:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+_EXACT_DURATIONS = {"duration_ns": 1000, "duration_ps": 1}  # attribute -> ps per unit
+
+
 def _replay_as_compute(coll: Collective, reason: str) -> None:
-    """Make a collective a COMP node of the same duration (no data moved, no partner)."""
+    """Make a collective a COMP node of zero duration (no data moved, no partner), its
+    measured time kept in ``overlapped_duration_ps``: the device gaps of --target astra-sim
+    already hold that time (converter/graph.py's _retarget does the same for collectives
+    ASTRA-sim does not simulate)."""
     node = coll.node
     node.type = COMP
+    dur_ps = node.duration_micros * 1_000_000
+    for attr in node.attr:
+        if attr.name in _EXACT_DURATIONS:
+            dur_ps = value_of(attr) * _EXACT_DURATIONS[attr.name]
     kept = [a for a in node.attr if a.name not in ("comm_type", "comm_size", "pg_name")]
     del node.attr[:]
     node.attr.extend(kept)
+    for attr in node.attr:
+        if attr.name in _EXACT_DURATIONS:
+            attr.int64_val = 0
+    node.duration_micros = 0
     node.attr.append(make_attr("replayed_as_compute", reason))
+    node.attr.append(make_attr("overlapped_duration_ps", dur_ps))
 
 
 def _renumber(groups: dict[int, list[int]], ranks: list[int], warn: Callable[[str], None]
