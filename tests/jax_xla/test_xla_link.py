@@ -102,7 +102,14 @@ def test_tpu_host_offload_copies(tpu_traces: list[LinkedTrace]) -> None:
             assert op.bytes == AR_BYTES and op.lane == "tpu:0:Async XLA Ops"
             issuers = [ops[s].attrs.get("hlo_opcode") for s in data_in.get(op.uid, [])]
             waiters = [ops[d].attrs.get("hlo_opcode") for d in data_out.get(op.uid, [])]
-            assert "copy-start" in issuers and "copy-done" in waiters
+            assert "copy-start" in issuers
+            # XProf draws most transfers past the start of the copy-done that reads them: as a
+            # dependency (copy-done after the transfer's end) such an edge would replay the
+            # copy-done later than it ran, so it is left out, and counted.
+            done = next(o for o in chip0.ops if o.attrs.get("hlo_opcode") == "copy-done"
+                        and o.start_ps >= op.start_ps)
+            assert "copy-done" in waiters or op.start_ps + op.dur_ps > done.start_ps
+    assert chip0.stats["data_edges_overlapping"] > 0
     # chips without an Async XLA Ops line: the copy-start itself is the transfer
     for t in tpu_traces[1:]:
         mem = [op for op in t.ops if op.kind in (OpKind.MEM_LOAD, OpKind.MEM_STORE)]
