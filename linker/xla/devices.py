@@ -40,6 +40,7 @@ class DeviceEvent:
     bytes_accessed: int | None = None
     category: str | None = None
     transfer: bool = False  # TPU async copy transfer span (Async XLA Ops)
+    copy: str | None = None  # GPU copy direction from its stream line: "load", "store", "device"
 
 
 @dataclass(slots=True)
@@ -203,15 +204,31 @@ def _gpu_device(view: PlaneView, ordinal: int) -> Device:
     for line in view.lines():
         sm = _STREAM_RE.search(line.name)
         lane = f"stream:{ordinal}:{sm.group(1) if sm else line.name}"
+        copy = _copy_direction(line.name)
         for mid, start, dur, stats in view.events(line):
             values = view.pick(stats, ids)
             op = values.get("hlo_op")
+            name = view.event_name(mid)
             dev.events.append(DeviceEvent(
-                name=str(op) if op else view.event_name(mid),
+                name=str(op) if op else name,
                 module_key=module_key(values.get("hlo_module"), values.get("program_id")) if op else "",
-                start_ps=start, dur_ps=dur, lane=lane, exec_key=None))
+                start_ps=start, dur_ps=dur, lane=lane, exec_key=None,
+                copy=copy or _copy_direction(name)))
     _number_runs(dev.events)
     return dev
+
+
+def _copy_direction(text: str) -> str | None:
+    """A GPU copy's direction from its stream line ("Stream #14(MemcpyH2D)") or event name
+    (CUDA "MemcpyH2D", HIP "hipMemcpyHtoDAsync"): "load" (host to device), "store" (device
+    to host), "device" (within or between devices); None for anything else."""
+    if "Memcpy" not in text and "memcpy" not in text:
+        return None
+    if "H2D" in text or "HtoD" in text:
+        return "load"
+    if "D2H" in text or "DtoH" in text:
+        return "store"
+    return "device"
 
 
 class _ModuleKeys(dict):

@@ -52,10 +52,20 @@ def _load(job: RankJob) -> list[LinkedTrace]:
     if not devices:
         raise TraceFormatError(path, "planes", "a /device:TPU:<n> or /device:GPU:<n> plane, or "
                                "/host:CPU events with hlo_op stats (XLA CPU backend)")
+    # A device that recorded nothing (one GPU of eight did the work) gets no ET: an empty file
+    # would pass for a rank that ran.
+    idle = [d.plane for d in devices if not d.events]
+    devices = [d for d in devices if d.events]
+    if not devices:
+        raise TraceFormatError(path, "device planes", f"events on at least one device (all "
+                               f"{len(idle)} recorded none)")
     start_ns = profile_start_ns(space)
     ids = _device_ids(job, devices, path)
     traces = [_DeviceLinker(dev, modules, path, ids[dev.ordinal]).link() for dev in devices]
     _assign_groups(traces)
+    if idle:
+        traces[0].warnings.append(f"{path}: {len(idle)} devices recorded no events, no ET "
+                                  f"written for them ({', '.join(idle[:8])})")
     for trace in traces:
         if start_ns is not None:
             trace.metadata["profile_start_time_ns"] = start_ns
@@ -172,6 +182,7 @@ class _DeviceLinker:
             self.placed.append(_Placed(ev, self._make_ops(ev, module, inst), module, inst))
         self._data_edges()
         self._stream_edges()
+        self._copy_edges()
         stats = self.trace.stats
         stats["device_events"] = len(self.dev.events)
         stats["hlo_matched"] = matched
@@ -209,6 +220,11 @@ class _DeviceLinker:
         return op
 
     def _make_ops(self, ev: DeviceEvent, module: hlo.HloModule | None, inst: hlo.Instruction | None) -> list[int]:
+        if ev.copy in ("load", "store"):  # a GPU host<->device copy, whatever HLO asked for it
+            op = self._new_op(ev, OpKind.MEM_LOAD if ev.copy == "load" else OpKind.MEM_STORE)
+            if module is not None and inst is not None:
+                self._describe(op, module, inst)
+            return [op.uid]
         if inst is None or module is None:
             return [self._new_op(ev, OpKind.COMPUTE).uid]
         if ev.transfer or (inst.opcode == "copy-start" and not self.has_transfers):
@@ -334,6 +350,28 @@ class _DeviceLinker:
         ops = self.trace.ops
         a, b = ops[src], ops[dst]
         return a.start_ps + a.dur_ps <= b.start_ps + _EDGE_SLACK_PS
+
+    def _copy_edges(self) -> None:
+        """A host-to-device copy on its own stream -> the first op that started after it ended
+        on each compute stream of the device (SYNC): the compute stream waited for the data
+        (XLA makes it wait on the copy's event), which the profile shows only as that order."""
+        ops = self.trace.ops
+        loads = [op for op in ops if op.kind == OpKind.MEM_LOAD]
+        if not loads:
+            return
+        by_lane: dict[str, list[Op]] = {}
+        for op in ops:
+            if op.kind in (OpKind.COMPUTE, OpKind.COLLECTIVE):
+                by_lane.setdefault(op.lane, []).append(op)
+        for lane_ops in by_lane.values():
+            lane_ops.sort(key=lambda o: o.start_ps)
+            starts = [o.start_ps for o in lane_ops]
+            for load in loads:
+                if load.lane == lane_ops[0].lane:
+                    continue
+                k = bisect.bisect_left(starts, load.start_ps + load.dur_ps)
+                if k < len(lane_ops):
+                    self.trace.edges.append(Edge(load.uid, lane_ops[k].uid, EdgeKind.SYNC))
 
     def _result_uid(self, p: _Placed) -> int:
         """The op whose output consumers read: the RECV of a permute, else the last op."""

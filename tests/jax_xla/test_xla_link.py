@@ -219,3 +219,43 @@ def test_gc_pause_nests_and_restores_the_collector_state() -> None:
         assert gc.isenabled()
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def _damaged_gpu_profile(corpus: Path, tmp_path: Path) -> Path:
+    """The MI300X profile as if only GPU 0 had worked, with a host-to-device copy on a copy
+    stream of its own 50 us before GPU 0's first kernel of the second module run."""
+    space = xspace_pb2.XSpace.FromString((corpus / "jax_xla" / "mi300x_jax_conv.xplane.pb").read_bytes())
+    for plane in space.planes:
+        if plane.name.startswith("/device:GPU:") and plane.name != "/device:GPU:0":
+            for line in plane.lines:
+                del line.events[:]
+        elif plane.name == "/device:GPU:0":
+            kernels = plane.lines[0]
+            first = sorted(kernels.timestamp_ns * 1000 + e.offset_ps for e in kernels.events)[5]
+            mid = max(plane.event_metadata) + 1
+            plane.event_metadata[mid].id = mid
+            plane.event_metadata[mid].name = "MemcpyH2D"
+            copy = plane.lines.add(id=999, name="Stream #99(MemcpyH2D)", timestamp_ns=kernels.timestamp_ns)
+            copy.events.add(metadata_id=mid, offset_ps=first - 60_000_000 - kernels.timestamp_ns * 1000,
+                            duration_ps=10_000_000)
+    path = tmp_path / "one_gpu.xplane.pb"
+    path.write_bytes(space.SerializeToString())
+    return path
+
+
+def test_idle_gpus_get_no_et_and_copies_are_mem_loads_the_compute_stream_waits_for(corpus, tmp_path):
+    warnings: list[str] = []
+    result = convert_paths([_damaged_gpu_profile(corpus, tmp_path)], tmp_path / "out",
+                           progress=False, warn=warnings.append)
+    assert [r.rank for r in result.ranks] == [0]  # not 7 empty files beside it
+    assert any("7 devices recorded no events" in w for w in warnings)
+    [trace] = xla_link.load(RankJob("xla", {"xspace": tmp_path / "one_gpu.xplane.pb"}))
+    [load] = [op for op in trace.ops if op.kind == OpKind.MEM_LOAD]
+    assert load.name == "MemcpyH2D" and load.lane == "stream:0:99"
+    waits = [trace.ops[e.dst] for e in trace.edges if e.src == load.uid and e.kind == EdgeKind.SYNC]
+    assert waits and len({k.lane for k in waits}) == len(waits)  # one per compute stream
+    for kernel in waits:
+        assert kernel.lane != load.lane and kernel.start_ps >= load.start_ps + load.dur_ps
+        earlier = [op for op in trace.ops if op.lane == kernel.lane
+                   and load.start_ps + load.dur_ps <= op.start_ps < kernel.start_ps]
+        assert not earlier  # the first op of that stream after the copy
