@@ -79,9 +79,13 @@ def main() -> None:
 @click.option("--no-gaps", is_flag=True,
               help="Ops only: no host_gap nodes for the time between ops (the ET then replays "
                    "shorter than it ran).")
+@click.option("--force-pair", is_flag=True,
+              help="Link a host ET with its Kineto trace even when fewer than half of the ET's "
+                   "ops match (refused otherwise: two different runs).")
 @click.option("-j", "--jobs", type=int, default=None, help="Ranks converted in parallel [default: CPU count].")
 def convert(inputs: tuple[str, ...], outdir: str, prefix: str, target: str, write_json: bool,
-            keep_mem: bool, overwrite: bool, no_gaps: bool, jobs: int | None) -> None:
+            keep_mem: bool, overwrite: bool, no_gaps: bool, force_pair: bool, jobs: int | None
+            ) -> None:
     """Convert traces (files or folders) into one Chakra ET per rank."""
     from chakra_hooks.convert import convert_paths
 
@@ -90,7 +94,7 @@ def convert(inputs: tuple[str, ...], outdir: str, prefix: str, target: str, writ
 
     result = convert_paths(inputs, outdir, prefix=prefix, target=target, write_json=write_json,
                            keep_mem=keep_mem, gaps=not no_gaps, workers=jobs, warn=warn,
-                           overwrite=overwrite)
+                           overwrite=overwrite, force_pair=force_pair)
     click.echo(_table(result))
 
 

@@ -147,11 +147,12 @@ def _merge_groups(results: list[RankResult]) -> tuple[dict[int, list[int]], list
 def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike, *, prefix: str = "chakra",
                   target: str = "full", write_json: bool = False, keep_mem: bool = False,
                   gaps: bool = True, workers: int | None = None, progress: bool | None = None,
-                  warn: Callable[[str], None] | None = None, overwrite: bool = False
-                  ) -> ConvertResult:
+                  warn: Callable[[str], None] | None = None, overwrite: bool = False,
+                  force_pair: bool = False) -> ConvertResult:
     """Convert every rank found in ``inputs`` into ``outdir``. Raises TraceFormatError on bad
     input, and when ``outdir`` holds an earlier conversion's files (``overwrite``: replace
-    them; other files are never touched). Writes everything or nothing."""
+    them; other files are never touched). Writes everything or nothing. ``force_pair``: link
+    an ET and a Kineto trace even when too few ops match for them to be one run."""
     warnings: list[str] = []
 
     def note(message: str) -> None:
@@ -173,6 +174,9 @@ def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike
                                "PyTorch ET / Kineto JSON or XSpace (.xplane.pb) files; found none")
     _refuse_duplicate_ranks([(job.rank, job.describe()) for job in jobs if job.rank is not None],
                             inputs)
+    if force_pair:  # link ET + Kineto pairs however few ops match (linker/pytorch/link.py)
+        for job in jobs:
+            job.options["force_pair"] = True
     created = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)

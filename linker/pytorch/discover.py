@@ -12,7 +12,10 @@ In order:
    (``rank-3``, ``_rank3.``, ``worker3_``, ``dlrm_eg_3.json``).
 3. Per rank, the ET and the Kineto trace are paired. A directory holding exactly one ET and
    one Kineto trace is one rank whatever the names say (``host_et.json.gz`` +
-   ``kineto.json.gz``). ET-only and Kineto-only ranks are jobs too.
+   ``kineto.json.gz``), and so are one ET and one Kineto trace given in all, wherever they
+   are; where both name a rank and the two differ, a warning says so. ET-only and
+   Kineto-only ranks are jobs too. (Whether the two are of one run is the linker's to say:
+   by how many ops match.)
 
 Warnings (not errors): ranks missing from ``world_size``, a rank with only one of two
 files while other ranks have both, two traces of one kind for one rank (converted apart), and
@@ -177,8 +180,12 @@ def _from_manifest(manifest: Path, warn: Callable[[str], None]) -> list[RankJob]
 
 def _pair(sniffed: list[_Sniffed], warn: Callable[[str], None]) -> list[RankJob]:
     by_dir: dict[Path, list[_Sniffed]] = defaultdict(list)
-    for s in sniffed:
-        by_dir[s.path.parent].append(s)
+    roles = [s.role for s in sniffed]
+    if roles.count("host_et") == 1 and roles.count("kineto") == 1:
+        by_dir[Path()] = list(sniffed)  # one ET and one Kineto trace in all: a pair, wherever
+    else:
+        for s in sniffed:
+            by_dir[s.path.parent].append(s)
     per_rank: dict[int | None, dict[str, list[Path]]] = defaultdict(lambda: defaultdict(list))
     for group in by_dir.values():
         roles = [s.role for s in group]
@@ -186,6 +193,10 @@ def _pair(sniffed: list[_Sniffed], warn: Callable[[str], None]) -> list[RankJob]
             kineto = next(s for s in group if s.role == "kineto")
             et = next(s for s in group if s.role == "host_et")
             rank = kineto.rank if kineto.rank is not None else et.rank
+            if et.rank is not None and kineto.rank is not None and et.rank != kineto.rank:
+                warn(f"{et.path.name} names rank {et.rank} and {kineto.path.name} rank "
+                     f"{kineto.rank}: paired as rank {rank} (the Kineto trace's); two ranks' "
+                     "files? (the ops' match rate says how well they fit)")
             per_rank[rank]["host_et"].append(et.path)
             per_rank[rank]["kineto"].append(kineto.path)
             continue

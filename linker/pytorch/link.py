@@ -94,7 +94,8 @@ PROGRESS_ET_READ, PROGRESS_KINETO_READ = 0.2, 0.4
 
 def load(job: RankJob) -> list[LinkedTrace]:
     """Loader entry point (see linker/sources.py)."""
-    trace = link(job.files.get("host_et"), job.files.get("kineto"), job.rank)
+    trace = link(job.files.get("host_et"), job.files.get("kineto"), job.rank,
+                 force_pair=bool(job.options.get("force_pair")))
     if trace.annotations:
         importlib.import_module("chakra_hooks.linker.pytorch.engine_steps").tag(trace)
     # Sidecars of our collectors: role -> the module whose attach(trace, path) adds them.
@@ -106,9 +107,13 @@ def load(job: RankJob) -> list[LinkedTrace]:
     return [trace]
 
 
-def link(host_et_path: Path | None, kineto_path: Path | None, rank: int | None = None
-         ) -> LinkedTrace:
-    """Read and link one rank's host ET and/or Kineto trace."""
+def link(host_et_path: Path | None, kineto_path: Path | None, rank: int | None = None,
+         force_pair: bool = False) -> LinkedTrace:
+    """Read and link one rank's host ET and/or Kineto trace.
+
+    An ET and a Kineto trace of which fewer than LOW_MATCH of the ET's ops match are two
+    different runs: refused (TraceFormatError, saying what matched), unless ``force_pair``
+    (then linked, with a warning)."""
     if host_et_path is None and kineto_path is None:
         raise ValueError("link() needs a host ET, a Kineto trace or both")
     with gc_paused():  # millions of small containers, none in a reference cycle
@@ -120,6 +125,15 @@ def link(host_et_path: Path | None, kineto_path: Path | None, rank: int | None =
         kt = read_kineto(kineto_path) if kineto_path is not None else None
         progress.reached(PROGRESS_KINETO_READ)
         trace = _Linker(et, kt, rank, selected).build()
+        rate = trace.stats.get("match_rate")
+        if et is not None and kt is not None and rate is not None and rate < LOW_MATCH \
+                and not force_pair:
+            raise TraceFormatError(
+                f"{host_et_path} and {kineto_path}", "pairing",
+                f"an ET and a Kineto trace of one run; only {trace.stats['host_matched']} of "
+                f"{trace.stats['host_ops']} ET ops ({rate:.0%}, by "
+                f"{trace.metadata.get('match_strategy')}) match the Kineto trace. Convert "
+                "them apart (one file per convert), or link them anyway with --force-pair")
         if kt is not None:
             trace.annotations = [
                 (ev.name, ev.start * PS_PER_NS, ev.dur * PS_PER_NS, f"thread:{ev.tid}")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from chakra_hooks.convert import convert_paths
 from chakra_hooks.errors import TraceFormatError
 from chakra_hooks.linker.model import CommType, EdgeKind, LinkedTrace, OpKind
 from chakra_hooks.linker.pytorch.link import link, load
@@ -195,12 +196,39 @@ def test_et_only(corpus: Path) -> None:
     _check_edges(trace)
 
 
-def test_two_different_programs_warn(corpus: Path) -> None:
-    trace = link(corpus / "pytorch/a100_resnet_nccl/host_et.json.gz",
-                 corpus / "pytorch/a100_simple_add/kineto.json.gz")
+def test_two_different_programs_are_refused_unless_forced(corpus: Path) -> None:
+    et = corpus / "pytorch/a100_resnet_nccl/host_et.json.gz"
+    kineto = corpus / "pytorch/a100_simple_add/kineto.json.gz"
+    with pytest.raises(TraceFormatError, match=r"only \d+ of \d+ ET ops \(\d+%.*--force-pair"):
+        link(et, kineto)
+    trace = link(et, kineto, force_pair=True)
     assert trace.stats["match_rate"] < 0.1
     assert len(trace.warnings) == 1 and "two different runs" in trace.warnings[0]
     assert "host_et.json.gz" in trace.warnings[0] and "kineto.json.gz" in trace.warnings[0]
+
+
+def test_one_policy_for_a_pair_given_on_the_command_line(corpus: Path, tmp_path: Path) -> None:
+    # An ET and a Kineto trace of two different programs, given as two files from two folders:
+    # paired (not two unknown ranks refused as duplicates), then refused on their match rate,
+    # in one line that says how to force it; forced, converted with the warning.
+    et = corpus / "pytorch/a100_resnet_nccl/host_et.json.gz"
+    kineto = corpus / "pytorch/a100_simple_add/kineto.json.gz"
+    out = tmp_path / "out"
+    with pytest.raises(TraceFormatError, match="--force-pair") as refused:
+        convert_paths([et, kineto], out, progress=False)
+    assert "\n" not in str(refused.value) and not out.exists()
+    warnings: list[str] = []
+    result = convert_paths([et, kineto], out, progress=False, force_pair=True, warn=warnings.append)
+    assert len(result.ranks) == 1 and any("two different runs" in w for w in warnings)
+
+
+def test_a_rank_mismatch_between_the_two_files_warns(corpus: Path, tmp_path: Path) -> None:
+    dlrm = corpus / "pytorch/v100_dlrm_8rank"
+    warnings: list[str] = []
+    result = convert_paths([dlrm / "dlrm_eg_0.json.gz", next(dlrm.glob("worker1_*"))],
+                           tmp_path / "out", progress=False, warn=warnings.append)
+    assert [r.rank for r in result.ranks] == [1]
+    assert any("names rank 0" in w and "rank 1" in w for w in warnings)
 
 
 def test_bad_pair_raises(tmp_path: Path, corpus: Path) -> None:
