@@ -41,6 +41,7 @@ class DeviceEvent:
     category: str | None = None
     transfer: bool = False  # TPU async copy transfer span (Async XLA Ops)
     copy: str | None = None  # GPU copy direction from its stream line: "load", "store", "device"
+    correlation: int | None = None  # GPU: the id of the host call that launched it
 
 
 @dataclass(slots=True)
@@ -199,7 +200,7 @@ def _module_spans(view: PlaneView) -> list[tuple[int, int, str]]:
 
 def _gpu_device(view: PlaneView, ordinal: int) -> Device:
     dev = Device("gpu", ordinal, view.name, SESSION_CLOCK)
-    ids = _wanted(view, ("hlo_op", "hlo_module", "program_id"))
+    ids = _wanted(view, ("hlo_op", "hlo_module", "program_id", "correlation_id"))
     module_key = _ModuleKeys()
     for line in view.lines():
         sm = _STREAM_RE.search(line.name)
@@ -213,7 +214,7 @@ def _gpu_device(view: PlaneView, ordinal: int) -> Device:
                 name=str(op) if op else name,
                 module_key=module_key(values.get("hlo_module"), values.get("program_id")) if op else "",
                 start_ps=start, dur_ps=dur, lane=lane, exec_key=None,
-                copy=copy or _copy_direction(name)))
+                copy=copy or _copy_direction(name), correlation=_int(values.get("correlation_id"))))
     _number_runs(dev.events)
     return dev
 

@@ -63,6 +63,7 @@ def _load(job: RankJob) -> list[LinkedTrace]:
     ids = _device_ids(job, devices, path)
     traces = [_DeviceLinker(dev, modules, path, ids[dev.ordinal]).link() for dev in devices]
     _assign_groups(traces)
+    _add_host_launches(space, traces)
     if idle:
         traces[0].warnings.append(f"{path}: {len(idle)} devices recorded no events, no ET "
                                   f"written for them ({', '.join(idle[:8])})")
@@ -74,6 +75,48 @@ def _load(job: RankJob) -> list[LinkedTrace]:
             if key in job.options:
                 trace.metadata[f"collector_{key}"] = str(job.options[key])
     return traces
+
+
+def _add_host_launches(space, traces: list[LinkedTrace]) -> None:
+    """The host calls that launched each device's work (GPU): ``/host:CPU`` events with a
+    ``correlation_id`` (hipModuleLaunchKernel, cuLaunchKernel, memcpy calls, on XLA's launch
+    threads) whose id a device op carries become host ops on lane ``thread:<line>``, with a
+    LAUNCH edge to that op and program order (HOST_ORDER) along their thread. Other host
+    events (Python, the executor's ranges) serve all devices of the process at once and are
+    left out: no one device's ET can own them."""
+    wanted = {}
+    for trace in traces:
+        for op in trace.ops:
+            corr = op.attrs.get("correlation")
+            if corr is not None and op.on_device:
+                wanted[corr] = (trace, op.uid)
+    if not wanted:
+        return
+    host = find_plane(space, "/host:CPU")
+    if host is None or "correlation_id" not in host.stat_ids:
+        return
+    ids = {host.stat_ids["correlation_id"]: "correlation_id"}
+    added: dict[int, list[Op]] = {}  # id(trace) -> its host launch ops
+    for line in host.lines():
+        lane = f"thread:{line.name}"
+        for mid, start, dur, stats in host.events(line):
+            corr = host.pick(stats, ids).get("correlation_id")
+            found = wanted.get(corr) if isinstance(corr, int) else None
+            if found is None:
+                continue
+            trace, device_uid = found
+            op = Op(uid=len(trace.ops), name=host.event_name(mid), kind=OpKind.COMPUTE,
+                    on_device=False, lane=lane, start_ps=start, dur_ps=dur,
+                    attrs={"correlation": corr})
+            trace.ops.append(op)
+            trace.edges.append(Edge(op.uid, device_uid, EdgeKind.LAUNCH))
+            added.setdefault(id(trace), []).append(op)
+    for trace in traces:
+        launches = sorted(added.get(id(trace), []), key=lambda o: (o.lane, o.start_ps, o.uid))
+        for a, b in zip(launches, launches[1:]):
+            if a.lane == b.lane:
+                trace.edges.append(Edge(a.uid, b.uid, EdgeKind.HOST_ORDER))
+        trace.stats["host_launches"] = len(launches)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -216,6 +259,8 @@ class _DeviceLinker:
             op.attrs["hlo_module"] = ev.module_key
         if ev.category:
             op.attrs["hlo_category"] = ev.category
+        if ev.correlation is not None:
+            op.attrs["correlation"] = ev.correlation
         self.trace.ops.append(op)
         return op
 

@@ -138,7 +138,8 @@ def test_gpu_one_trace_per_gpu_with_stream_order(gpu_traces: list[LinkedTrace]) 
         preds = _preds(t, EdgeKind.STREAM_ORDER)
         lanes: dict[str, list] = {}
         for op in t.ops:
-            lanes.setdefault(op.lane, []).append(op)
+            if op.on_device:  # (the host's launch calls have lanes of their own)
+                lanes.setdefault(op.lane, []).append(op)
         assert all(lane.startswith(f"stream:{t.rank}:") for lane in lanes)
         for lane_ops in lanes.values():
             lane_ops.sort(key=lambda o: o.start_ps)
@@ -259,3 +260,15 @@ def test_idle_gpus_get_no_et_and_copies_are_mem_loads_the_compute_stream_waits_f
         earlier = [op for op in trace.ops if op.lane == kernel.lane
                    and load.start_ps + load.dur_ps <= op.start_ps < kernel.start_ps]
         assert not earlier  # the first op of that stream after the copy
+
+
+def test_gpu_traces_hold_the_host_calls_that_launched_their_work(gpu_traces: list[LinkedTrace]) -> None:
+    for t in gpu_traces:
+        host = [op for op in t.ops if not op.on_device]
+        assert host and t.stats["host_launches"] == len(host)
+        assert all(op.name.startswith("hip") and op.lane.startswith("thread:Host Threads/") for op in host)
+        launched = {e.src: t.ops[e.dst] for e in t.edges if e.kind == EdgeKind.LAUNCH}
+        for op in host:  # each launches one device op of its own correlation, after it began
+            device = launched[op.uid]
+            assert device.on_device and device.attrs["correlation"] == op.attrs["correlation"]
+            assert op.start_ps <= device.start_ps
