@@ -38,11 +38,13 @@ def add_gaps(trace: LinkedTrace) -> int:
     window_start = min(op.start_ps for op in timed)
     host_lanes = any(not op.on_device for op in timed)
     by_uid = {op.uid: op for op in timed}
-    launched_by: dict[int, int] = {}  # device op -> the end of the host op that launched it
+    # device op -> (end, uid) of the host op that launched it (the latest-ending, if several)
+    launched_by: dict[int, tuple[int, int]] = {}
     for e in trace.edges:
         src = by_uid.get(e.src)
         if e.kind == EdgeKind.LAUNCH and src is not None:
-            launched_by[e.dst] = max(launched_by.get(e.dst, 0), src.start_ps + src.dur_ps)
+            launched_by[e.dst] = max(launched_by.get(e.dst, (0, -1)),
+                                     (src.start_ps + src.dur_ps, src.uid))
     lanes: dict[str, list[Op]] = {}
     for op in timed:
         if not op.lane.startswith("comm:"):
@@ -55,11 +57,13 @@ def add_gaps(trace: LinkedTrace) -> int:
         for op in ops:
             # A device op waits for the host op that launched it: only idle time after that
             # launch ended (a CUDA graph's later kernels, say) is the stream's own gap.
-            begin = cursor
-            if op.on_device and host_lanes:
-                begin = max(cursor, launched_by.get(op.uid, cursor))
+            begin, launch = cursor, None
+            if op.on_device and host_lanes and op.uid in launched_by:
+                end, launcher = launched_by[op.uid]
+                if end > cursor:  # the gap runs from the launch's end: it follows the launch
+                    begin, launch = end, launcher
             if op.start_ps - begin >= MIN_GAP_PS:
-                _insert_gap(trace, next_uid, lane, op, begin, previous)
+                _insert_gap(trace, next_uid, lane, op, begin, previous, launch)
                 next_uid += 1
                 added += 1
             end = op.start_ps + op.dur_ps
@@ -70,14 +74,18 @@ def add_gaps(trace: LinkedTrace) -> int:
 
 
 def _insert_gap(trace: LinkedTrace, uid: int, lane: str, op: Op, start: int,
-                previous: Op | None) -> None:
-    """A gap op from ``start`` to ``op``'s start on ``lane``: previous -> gap -> op."""
+                previous: Op | None, launch: int | None = None) -> None:
+    """A gap op from ``start`` to ``op``'s start on ``lane``: previous -> gap -> op (and the
+    host op whose end ``start`` is, ``launch`` -> gap: without it a device lane's first gap
+    would replay from time zero)."""
     dur = op.start_ps - start
     gap = Op(uid=uid, name=GAP_NAME, kind=OpKind.COMPUTE, on_device=op.on_device, lane=lane,
              start_ps=start, dur_ps=dur, attrs={"gap_ns": dur // 1000})
     trace.ops.append(gap)
     if previous is not None:
         trace.edges.append(Edge(previous.uid, gap.uid, EdgeKind.HOST_ORDER))
+    if launch is not None:
+        trace.edges.append(Edge(launch, gap.uid, EdgeKind.LAUNCH))
     trace.edges.append(Edge(gap.uid, op.uid, EdgeKind.HOST_ORDER))
 
 

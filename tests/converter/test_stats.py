@@ -15,10 +15,13 @@ from chakra_hooks.converter.attrs import attr_dict, value_of
 from chakra_hooks.converter.schema import NodeType
 from chakra_hooks.converter.stats import GAP_NAME, node_times, rank_stats
 
-TRACES = ["pytorch/a100_resnet_nccl", "pytorch/v100_dlrm_8rank", "pytorch/rtx2080_linear",
-          "kineto_only/b200_eager_rank0.json.gz",
+# Every trace of the corpus: PyTorch with ET, Kineto only, vLLM, XLA on TPU and GPU.
+TRACES = ["pytorch/a100_resnet_nccl", "pytorch/a100_simple_add", "pytorch/v100_dlrm_8rank",
+          "pytorch/rtx2080_linear", "kineto_only/b200_eager_rank0.json.gz",
+          "kineto_only/sampled_rank-0.json.gz", "kineto_only/sampled_rank-1.json.gz",
           "vllm/mi300x_decode_full/graph_capture_rank_0.pt.trace.json.gz",
-          "jax_xla/mi300x_jax_conv.xplane.pb"]
+          "vllm/mi300x_decode_full/graph_execution.json.gz",
+          "jax_xla/tpu_inference_2.xplane.pb", "jax_xla/mi300x_jax_conv.xplane.pb"]
 
 
 def _longest_path_by_dfs(nodes, durations: dict[int, float]) -> float:
