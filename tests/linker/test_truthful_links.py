@@ -226,3 +226,24 @@ def test_name_sequence_matching_keeps_all_threads_in_one_step(corpus, tmp_path):
     # The ET's tensor ids give data edges forward -> backward; with the threads in one step
     # none runs against time (which the converter would have to drop).
     assert result.ranks[0].stats["edges_against_time"] == 0
+
+
+def test_collectives_without_their_group_are_said_to_span_all_ranks(corpus, tmp_path):
+    # b200_eager_rank0 (Kineto only, 71 process groups): its collectives name their group. With
+    # the names and ranks taken out, they cannot be placed, and convert says so.
+    path = corpus / "kineto_only" / "b200_eager_rank0.json.gz"
+    kineto = json.loads(gzip.decompress(path.read_bytes()))
+    stripped = 0
+    for e in kineto["traceEvents"]:
+        args = e.get("args")
+        if isinstance(args, dict) and "Process Group Name" in args:
+            args.pop("Process Group Name")
+            args.pop("Process Group Ranks", None)
+            stripped += 1
+    assert stripped
+    source = tmp_path / "b200_rank0.json.gz"
+    source.write_bytes(gzip.compress(json.dumps(kineto).encode()))
+    warnings: list[str] = []
+    result = convert_paths([source], tmp_path / "out", progress=False, warn=warnings.append)
+    assert result.ranks[0].stats["comm_group_unknown"] > 0
+    assert any("do not say which process group" in w and "subgroups" in w for w in warnings)
