@@ -44,6 +44,7 @@ of events at a time, so neither raw file coexists with the other's decoded event
 from __future__ import annotations
 
 import importlib
+from bisect import bisect_left
 from collections import defaultdict
 from operator import attrgetter
 from pathlib import Path
@@ -81,6 +82,10 @@ LOW_MATCH = 0.5  # below this match rate a pair is reported as two different run
 # collector writes (linker/routing.py hangs the routing bins on it), and the KV-cache transfer
 # ranges of the vLLM collector's connector (linker/kv.py makes them MEM_LOAD / MEM_STORE).
 OPAQUE_ANNOTATIONS = ("moe_routing:", "kv:")
+# gloo runs each collective under a ``gloo:<name>`` range on a thread of its own: that is the
+# collective's own execution (waiting for its peers included), which the comm op stands for;
+# as a host op too it would count the time twice.
+GLOO_RANGE = "gloo:"
 # Annotation ranges kept for the steps after linking (LinkedTrace.annotations): vLLM's
 # per-engine-step annotations and the KV-cache ranges.
 KEPT_ANNOTATIONS = ("execute_", "kv:")
@@ -194,6 +199,7 @@ class _Linker:
             self._host_ops_from_kineto()
         for ev, runtime, inner in device_links:
             self._device_op(ev, runtime, inner)
+        self._gloo_spans()
         self._order_edges()
         pytorch_edges.add_sync_edges(self)
         if self.et is not None:
@@ -413,7 +419,7 @@ class _Linker:
             for ev in th.events:
                 if ev.cat != "cpu_op" and not ev.name.startswith(OPAQUE_ANNOTATIONS):
                     continue
-                if _inside_host_op(ev):
+                if _inside_host_op(ev) or _inside_gloo_range(ev):
                     continue
                 # Without an ET the tensors' device is unknown: in a trace with device work, a
                 # c10d call that launched none is a host op (see _c10d_on_host).
@@ -429,6 +435,33 @@ class _Linker:
                     op = self._add(ev.name, _COMPUTE, False, lane, ev)
                 self.seqs[lane].append(op.uid)
         self._kineto_pg_metadata()
+
+    def _gloo_spans(self) -> None:
+        """A host-side collective lasts until its ``gloo:<name>`` range ended: the c10d call
+        only queues the work (~80 us) and gloo's thread runs it, waiting for the peers. Each
+        such comm op, in start order, takes the first gloo range that starts within it or
+        after it (and before the next one's start)."""
+        if self.kt is None:
+            return
+        ranges = sorted((ev for ev in self.kt.host if ev.name.startswith(GLOO_RANGE)), key=_START)
+        if not ranges:
+            return
+        comms = sorted((op for op in self.ops if op.attrs.get("host_side_collective")
+                        and op.start_ps is not None), key=_START_PS)
+        starts = [ev.start * PS_PER_NS for ev in ranges]
+        used = set()
+        for op, following in zip(comms, [*comms[1:], None]):
+            k = bisect_left(starts, op.start_ps)
+            limit = following.start_ps if following is not None else None
+            while k < len(ranges) and k in used:
+                k += 1
+            if k == len(ranges) or (limit is not None and starts[k] >= limit):
+                continue
+            used.add(k)
+            end = (ranges[k].start + ranges[k].dur) * PS_PER_NS
+            if end > op.start_ps + op.dur_ps:
+                op.attrs["queued_duration_ps"] = op.dur_ps  # the c10d call's own time
+                op.dur_ps = end - op.start_ps
 
     def _metadata_op(self, name: str, config: object, lane: str, et_id: int | None) -> None:
         text = config if isinstance(config, str) else orjson.dumps(config).decode()
@@ -686,6 +719,8 @@ def select_et(et: HostEt) -> tuple[list[EtNode], list[EtNode]]:
                 continue  # a device node of a reference-linked ET: see _et_device_ops
             if node.name == PG_INIT:
                 pg_inits.append(node)
+            elif node.name.startswith(GLOO_RANGE):
+                continue  # the collective's execution: its comm op's time (_gloo_spans)
             elif (node.scope == USER_SCOPE and node.children
                   and not node.name.startswith(OPAQUE_ANNOTATIONS)):
                 stack.extend(reversed(node.children))
@@ -738,6 +773,15 @@ def _kineto_annotated_group(ev: KEvent) -> str | None:
             return anc.name[len(GROUP_ANNOTATION):]
         anc = anc.parent
     return None
+
+
+def _inside_gloo_range(ev: KEvent) -> bool:
+    anc = ev.parent
+    while anc is not None:
+        if anc.name.startswith(GLOO_RANGE):
+            return True
+        anc = anc.parent
+    return False
 
 
 def _inside_host_op(ev: KEvent) -> bool:
