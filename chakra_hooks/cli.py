@@ -82,10 +82,17 @@ def main() -> None:
 @click.option("--force-pair", is_flag=True,
               help="Link a host ET with its Kineto trace even when fewer than half of the ET's "
                    "ops match (refused otherwise: two different runs).")
-@click.option("-j", "--jobs", type=int, default=None, help="Ranks converted in parallel [default: CPU count].")
+@click.option("-j", "--jobs", type=int, default=None,
+              help="Ranks converted in parallel on this machine [default: CPU count].")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: processes on this machine; ray: one task per rank on a Ray cluster "
+                   "(inputs and output on storage every node sees).")
+@click.option("--ray-address", default=None,
+              help="The Ray cluster for --executor ray [default: $RAY_ADDRESS, else a local Ray "
+                   "started for the run].")
 def convert(inputs: tuple[str, ...], outdir: str, prefix: str, target: str, write_json: bool,
-            keep_mem: bool, overwrite: bool, no_gaps: bool, force_pair: bool, jobs: int | None
-            ) -> None:
+            keep_mem: bool, overwrite: bool, no_gaps: bool, force_pair: bool, jobs: int | None,
+            executor: str, ray_address: str | None) -> None:
     """Convert traces (files or folders) into one Chakra ET per rank."""
     from chakra_hooks.convert import convert_paths
 
@@ -94,7 +101,8 @@ def convert(inputs: tuple[str, ...], outdir: str, prefix: str, target: str, writ
 
     result = convert_paths(inputs, outdir, prefix=prefix, target=target, write_json=write_json,
                            keep_mem=keep_mem, gaps=not no_gaps, workers=jobs, warn=warn,
-                           overwrite=overwrite, force_pair=force_pair)
+                           overwrite=overwrite, force_pair=force_pair, executor=executor,
+                           ray_address=ray_address)
     click.echo(_table(result))
 
 

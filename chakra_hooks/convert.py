@@ -9,21 +9,20 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import orjson
 
 from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.executors import job_memory, make_executor, progress_bar
 from chakra_hooks.linker.gc_pause import gc_paused
 from chakra_hooks.linker.model import LinkedTrace
 from chakra_hooks.linker.sources import DISCOVERERS, LOADERS, RankJob
-from chakra_hooks.progress import reached, reporting_to
+from chakra_hooks.progress import reached
 
 if TYPE_CHECKING:
     from chakra_hooks.converter.inspect import Tally
@@ -148,11 +147,15 @@ def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike
                   target: str = "full", write_json: bool = False, keep_mem: bool = False,
                   gaps: bool = True, workers: int | None = None, progress: bool | None = None,
                   warn: Callable[[str], None] | None = None, overwrite: bool = False,
-                  force_pair: bool = False) -> ConvertResult:
+                  force_pair: bool = False, executor: str = "local",
+                  ray_address: str | None = None) -> ConvertResult:
     """Convert every rank found in ``inputs`` into ``outdir``. Raises TraceFormatError on bad
     input, and when ``outdir`` holds an earlier conversion's files (``overwrite``: replace
     them; other files are never touched). Writes everything or nothing. ``force_pair``: link
-    an ET and a Kineto trace even when too few ops match for them to be one run."""
+    an ET and a Kineto trace even when too few ops match for them to be one run.
+    ``executor``: "local" (processes on this machine, ``workers`` of them) or "ray" (a task
+    per rank on the Ray cluster at ``ray_address``, else ``RAY_ADDRESS``, else a local Ray;
+    every node must see the inputs and the output folder)."""
     warnings: list[str] = []
 
     def note(message: str) -> None:
@@ -185,9 +188,19 @@ def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike
         raise TraceFormatError(out, "output folder",
                                f"a folder we can create and write ({exc.strerror or exc})") from None
     done = False
+    runner = None
     try:
-        results = _run_jobs(jobs, staging, prefix, target, write_json, keep_mem, gaps, workers,
-                            progress)
+        runner = make_executor(executor, workers, len(jobs), progress, ray_address)
+        bar = progress_bar(len(jobs), progress)
+        args = [(job, staging, prefix, target, write_json, keep_mem, gaps) for job in jobs]
+        try:
+            if executor == "ray":
+                per_job = runner.map(convert_job, args, bar, memory=[job_memory(j) for j in jobs])
+            else:
+                per_job = runner.map(convert_job, args, bar)
+        finally:
+            bar.close()
+        results = sorted((r for found in per_job for r in found), key=lambda r: r.rank)
         _refuse_duplicate_ranks([(r.rank, r.source) for r in results], inputs)
         groups, problems = _merge_groups(results)
         for problem in problems:
@@ -198,7 +211,7 @@ def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike
         if target == "astra-sim":
             # The full target keeps every group as recorded (torch's default group is "0");
             # ASTRA-sim needs them renumbered and sizes agreeing across ranks.
-            groups = _harmonize_run(Path(staging), results, groups, write_json, note)
+            groups = _harmonize_run(Path(staging), results, groups, write_json, note, runner)
         comm_group = None
         if groups:
             (Path(staging) / COMM_GROUP_FILE).write_bytes(
@@ -211,6 +224,8 @@ def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike
             os.replace(Path(staging) / name, out / name)
         done = True
     finally:
+        if runner is not None:
+            runner.close()
         shutil.rmtree(staging, ignore_errors=True)
         if not done and created:
             shutil.rmtree(out, ignore_errors=True)  # a failed convert leaves nothing behind
@@ -234,39 +249,53 @@ def our_outputs(out: Path) -> list[Path]:
 
 
 def _harmonize_run(staging: Path, results: list[RankResult], groups: dict[int, list[int]],
-                   write_json: bool, note: Callable[[str], None]) -> dict[int, list[int]]:
-    """Make the staged ETs agree across ranks as ASTRA-sim needs (converter/run.py).
-
-    Only collectives change: the workers hand over each rank's COMM_COLL nodes, which are
-    harmonised here and put back in each file in place of the old records, every other record
-    copied as written (our encoder's bytes are protobuf's own); the summary is the worker's
-    count of the other nodes plus a count of the new collectives. One file is in memory at a
-    time. (Reading, rewriting and recounting every node took a fifth of a ResNet rank's whole
-    conversion.)
-    """
-    from chakra_hooks.converter import etio, inspect, run
-    from chakra_hooks.converter.schema import GlobalMetadata
-    from chakra_hooks.converter.wire import encode_varint
+                   write_json: bool, note: Callable[[str], None], runner) -> dict[int, list[int]]:
+    """Make the staged ETs agree across ranks as ASTRA-sim needs (converter/run.py), in a
+    second round: the plan is made here from the collectives the workers handed over (each
+    rank's COMM_COLL nodes), and each rank's file is rewritten by a task of ``runner``
+    (:func:`rewrite_collectives`), which replaces those records and copies every other one as
+    written. Only the collectives travel, never whole ETs. (Reading, rewriting and recounting
+    every node took a fifth of a ResNet rank's whole conversion.)"""
+    from chakra_hooks.converter import etio, run
 
     nodes = {r.rank: list(etio.decode_bodies([body for _, body in r.collectives])) for r in results}
     new_groups = run.harmonize(nodes, groups, note)
+    tasks = []
     for result in results:
-        path = staging / result.files[0]
-        buf, compressed = etio.read_bytes(path)
-        frames = etio.split_frames(buf, path)
-        del buf
-        tally = inspect.Tally()
-        tally.merge(result.others_tally)
-        for (index, _), node in zip(result.collectives, nodes.pop(result.rank)):
-            body = node.SerializeToString()
-            frames[index + 1] = encode_varint(len(body)) + body
-            tally.add_node(node, result.files[0], index, check=False)
-        etio.atomic_write(path, frames, compressed)
-        metadata = GlobalMetadata.FromString(etio.frame_body(frames[0]))
-        result.summary = tally.summary(result.files[0], metadata).to_json()
-        if write_json:
-            etio.write_workload_json(staging / result.files[1], etio.decode_frames(frames, path)[1])
+        bodies = [(index, node.SerializeToString())
+                  for (index, _), node in zip(result.collectives, nodes.pop(result.rank))]
+        tasks.append((str(staging / result.files[0]),
+                      str(staging / result.files[1]) if write_json else None,
+                      bodies, result.others_tally))
+    for result, summary in zip(results, runner.map(rewrite_collectives, tasks)):
+        result.summary = summary
     return new_groups
+
+
+def rewrite_collectives(path: str, json_path: str | None, bodies: list[tuple[int, bytes]],
+                        others_tally: Tally) -> dict[str, object]:
+    """Put a rank's new collective records (``bodies``: place among the file's nodes, record)
+    in place of the old ones in the ET at ``path`` (and its JSON twin); returns the file's
+    summary: ``others_tally`` (the worker's count of every other node) plus the new records.
+    One file is in memory at a time. Runs in a worker."""
+    from chakra_hooks.converter import etio, inspect
+    from chakra_hooks.converter.schema import GlobalMetadata, Node
+    from chakra_hooks.converter.wire import encode_varint
+
+    buf, compressed = etio.read_bytes(path)
+    frames = etio.split_frames(buf, path)
+    del buf
+    tally = inspect.Tally()
+    tally.merge(others_tally)
+    name = Path(path).name
+    for index, body in bodies:
+        frames[index + 1] = encode_varint(len(body)) + body
+        tally.add_node(Node.FromString(body), name, index, check=False)
+    etio.atomic_write(path, frames, compressed)
+    metadata = GlobalMetadata.FromString(etio.frame_body(frames[0]))
+    if json_path is not None:
+        etio.write_workload_json(json_path, etio.decode_frames(frames, path)[1])
+    return tally.summary(name, metadata).to_json()
 
 
 def _refuse_duplicate_ranks(ranks: list[tuple[int, str]], inputs: Sequence[str | os.PathLike]
@@ -282,93 +311,3 @@ def _refuse_duplicate_ranks(ranks: list[tuple[int, str]], inputs: Sequence[str |
         raise TraceFormatError(", ".join(map(str, inputs)), f"rank {rank}",
                                f"one set of traces per rank, found {len(found)} ({'; '.join(found)}); "
                                "traces of different runs? convert each run on its own")
-
-
-class _Bar:
-    """The progress bar's count: jobs done, in fractions (a job says how far it has come)."""
-
-    def __init__(self, total: int, bar: object | None) -> None:
-        self.bar = bar  # tqdm's, or None when no bar shows
-        self.done = [0.0] * total
-
-    @property
-    def shown(self) -> bool:
-        return self.bar is not None
-
-    def job_at(self, index: int, fraction: float) -> None:
-        if self.bar is None or fraction <= self.done[index]:
-            return
-        self.done[index] = fraction
-        self.bar.n = round(sum(self.done), 2)
-        self.bar.refresh()
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-def _progress_bar(total: int, progress_shown: bool | None) -> _Bar:
-    """tqdm's bar when it will show (``progress_shown``, or by default when stderr is a
-    terminal, as tqdm decides); tqdm (~60 ms to import) is not imported for nothing."""
-    if progress_shown is False or (progress_shown is None and not sys.stderr.isatty()):
-        return _Bar(total, None)
-    from tqdm import tqdm
-
-    return _Bar(total, tqdm(total=total, unit="rank", desc="convert", disable=False, leave=False))
-
-
-_worker_queue = None  # in a worker process: where its jobs' progress goes (None: nowhere)
-
-
-def _set_worker_queue(queue: object) -> None:
-    global _worker_queue
-    _worker_queue = queue
-
-
-def _convert_job_reporting(index: int, job: RankJob, *args: object) -> list[RankResult]:
-    """convert_job in a worker process, its progress put on the queue as (index, fraction)."""
-    queue = _worker_queue
-    sink = None if queue is None else (lambda fraction: queue.put((index, fraction)))
-    with reporting_to(sink):
-        return convert_job(job, *args)
-
-
-def _run_jobs(jobs: list[RankJob], staging: str, prefix: str, target: str, write_json: bool,
-              keep_mem: bool, gaps: bool, workers: int | None, progress_shown: bool | None
-              ) -> list[RankResult]:
-    args = (staging, prefix, target, write_json, keep_mem, gaps)
-    workers = min(workers or os.cpu_count() or 1, len(jobs))
-    bar = _progress_bar(len(jobs), progress_shown)
-    results: list[RankResult] = []
-    try:
-        if workers <= 1:
-            for index, job in enumerate(jobs):
-                with reporting_to(partial(bar.job_at, index) if bar.shown else None):
-                    results.extend(convert_job(job, *args))
-                bar.job_at(index, 1.0)
-        else:
-            # Imported here: a single rank converts in this process and needs neither
-            # (importing them is ~15 ms of every start-up).
-            import multiprocessing
-            from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-
-            # spawn, not fork: convert may run inside a training process (the collectors'
-            # convert=True), and forking a process with framework threads can deadlock.
-            context = multiprocessing.get_context("spawn")
-            queue = context.SimpleQueue() if bar.shown else None
-            with ProcessPoolExecutor(max_workers=workers, mp_context=context,
-                                     initializer=_set_worker_queue, initargs=(queue,)) as pool:
-                futures = {pool.submit(_convert_job_reporting, index, job, *args): index
-                           for index, job in enumerate(jobs)}
-                pending = set(futures)
-                while pending:
-                    done, pending = wait(pending, timeout=0.2 if queue else None,
-                                         return_when=FIRST_COMPLETED)
-                    while queue is not None and not queue.empty():
-                        bar.job_at(*queue.get())
-                    for future in done:
-                        results.extend(future.result())
-                        bar.job_at(futures[future], 1.0)
-    finally:
-        bar.close()
-    return sorted(results, key=lambda r: r.rank)
