@@ -19,7 +19,7 @@ TORCH = "torch==2.13.0"
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    session.install("-e", ".[test,torch,jax]", env={"CHAKRA_HOOKS_COMPILE": "1"})
+    session.install("-e", ".[test,torch,jax,ray]", env={"CHAKRA_HOOKS_COMPILE": "1"})
     session.run("pytest", "-q", *session.posargs)
 
 
