@@ -8,6 +8,11 @@ Layout written into ``outdir`` (the profiler's log dir)::
     <outdir>/jax_manifest.json                                run manifest (jax_manifest.p<i>.json
                                                               per process when there are several)
 
+With several JAX processes (multi-host, or several processes on one host) each process's
+profile goes under ``<outdir>/process_<i>/plugins/...``: jax.profiler names a profile after the
+host alone, so two processes of one host would write one file. The manifests, which give each
+process's devices their global ids (hence the ETs' ranks), stay in ``<outdir>``.
+
 Steps are counted by ``.step()`` calls from 0; the profiler runs from the start of step
 ``steps[0]`` to the end of step ``steps[-1]``, each step inside a
 ``jax.profiler.StepTraceAnnotation`` so that XProf's step view works. Tracing problems are
@@ -90,13 +95,19 @@ class Trace(StepWindow):
     def _guard(self, what: str, fn: Callable, *args: Any) -> bool:
         return guarded(log, self.errors, what, fn, *args)
 
+    def _log_dir(self) -> Path:
+        import jax
+
+        count = jax.process_count()
+        return self.outdir if count <= 1 else self.outdir / f"process_{jax.process_index()}"
+
     def _begin(self) -> None:
         import jax
 
         self.outdir.mkdir(parents=True, exist_ok=True)
-        self._before = set(self.outdir.glob("plugins/profile/*/*.xplane.pb"))
+        self._before = set(self._log_dir().glob("plugins/profile/*/*.xplane.pb"))
         self._t0 = time.time()
-        jax.profiler.start_trace(str(self.outdir))
+        jax.profiler.start_trace(str(self._log_dir()))
         self._active = True
 
     def _open_annotation(self, n: int) -> None:
@@ -121,7 +132,7 @@ class Trace(StepWindow):
         if self._active:
             self._active = False
             if self._guard("stopping jax.profiler", self._stop_profiler):
-                new = sorted(set(self.outdir.glob("plugins/profile/*/*.xplane.pb")) - self._before)
+                new = sorted(set(self._log_dir().glob("plugins/profile/*/*.xplane.pb")) - self._before)
                 if not new:
                     self.errors.append("jax.profiler wrote no .xplane.pb")
                 for xplane in new:

@@ -15,12 +15,14 @@ from pathlib import Path
 
 import orjson
 
+from chakra_hooks.errors import TraceFormatError
 from chakra_hooks.linker.sources import RankJob
 
 XPLANE_SUFFIX = ".xplane.pb"
 HLO_SUFFIX = ".hlo.txt"
 MANIFEST_GLOB = "jax_manifest*.json"  # jax_manifest.json, or jax_manifest.p<i>.json per process
-_MANIFEST_DEPTH = 4  # <log_dir>/plugins/profile/<session>/ is three levels below the log dir
+# <outdir>/[process_<i>/]plugins/profile/<session>/: up to four levels below the manifests
+_MANIFEST_DEPTH = 5
 
 
 def discover(files: list[Path], warn: Callable[[str], None]) -> tuple[list[RankJob], set[Path]]:
@@ -41,6 +43,9 @@ def discover(files: list[Path], warn: Callable[[str], None]) -> tuple[list[RankJ
             for key in ("hlo_source", "complete", "local_device_ids"):
                 if key in manifest:
                     job.options[key] = manifest[key]
+            ids = [d.get("id") for d in manifest.get("devices") or [] if isinstance(d, dict)]
+            if ids and all(isinstance(i, int) for i in ids):
+                job.options["device_ids"] = sorted(ids)  # every process's: ranks are places here
             job.options["manifest"] = str(manifest_path)
         module_keys = manifest.get("hlo_modules", {}) if isinstance(manifest.get("hlo_modules"), dict) else {}
         for sidecar in sorted(xplane.parent.glob("*" + HLO_SUFFIX)):
@@ -48,7 +53,22 @@ def discover(files: list[Path], warn: Callable[[str], None]) -> tuple[list[RankJ
             job.files[f"hlo:{key}"] = sidecar
             claimed.add(sidecar)
         jobs.append(job)
+    _refuse_hosts_without_ids(jobs)
     return jobs, claimed
+
+
+def _refuse_hosts_without_ids(jobs: list[RankJob]) -> None:
+    """Several profiles, not all with our collector's manifest: each names its devices by
+    local ordinal (0, 1, ...), so the ranks would clash, and which host is which process of
+    the run is written nowhere in a profile. Refused before any work, saying what is needed."""
+    if len(jobs) < 2 or all("local_device_ids" in job.options for job in jobs):
+        return
+    names = ", ".join(str(job.files["xspace"]) for job in jobs[:4]) + (" ..." if len(jobs) > 4 else "")
+    raise TraceFormatError(names, f"{len(jobs)} XSpace profiles",
+                           "one profile, or the profiles of one multi-process JAX run with the "
+                           "per-process manifests of the chakra-hooks JAX collector (they give "
+                           "each device its global rank; a profile names only local ordinals); "
+                           "profiles of different runs are converted one run at a time")
 
 
 def _find_manifest(xplane: Path) -> Path | None:

@@ -10,6 +10,7 @@ replica groups (explicit ``{{0,1},{2,3}}`` or iota ``[G,S]<=[dims]T(perm)``) and
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -276,18 +277,51 @@ _IOTA_RE = re.compile(r"\[(\d+),(\d+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?")
 
 
 def parse_replica_groups(text: str) -> list[list[int]]:
-    """``{{0,1},{2,3}}``, ``{}`` (all devices: returns []), or iota ``[G,S]<=[dims]T(perm)``."""
+    """``{{0,1},{2,3}}``, ``{}`` (all devices: returns []), iota ``[G,S]<=[dims]T(perm)``, or
+    a named mesh ``mesh['a'=2,'b'=4] {'b'}`` (newer XLA: devices 0..N-1 laid out row-major on
+    the mesh; a group is every device along the named axes, the others fixed)."""
     text = text.strip()
     m = _IOTA_RE.fullmatch(text.replace(" ", ""))
     if m:
         dims = [int(d) for d in m.group(3).split(",")]
         perm = [int(p) for p in m.group(4).split(",")] if m.group(4) else list(range(len(dims)))
         return iota_groups(int(m.group(1)), int(m.group(2)), dims, perm)
+    m = _MESH_RE.fullmatch(text)
+    if m:
+        return mesh_groups(m.group(1), m.group(2))
     inner = text[1:-1].strip() if text.startswith("{") else text
     groups: list[list[int]] = []
     for part in _split_top(inner):
         members = part.strip("{}").strip()
-        groups.append([int(x) for x in members.split(",") if x.strip()])
+        try:
+            groups.append([int(x) for x in members.split(",") if x.strip()])
+        except ValueError:
+            raise HloParseError(f"replica_groups={text}: not a form this reader knows") from None
+    return groups
+
+
+_MESH_RE = re.compile(r"mesh\[(.*?)\]\s*\{(.*?)\}")
+_MESH_AXIS_RE = re.compile(r"'([^']*)'\s*=\s*(\d+)")
+
+
+def mesh_groups(axes_text: str, listed_text: str) -> list[list[int]]:
+    """The groups of ``mesh[<axes>] {<listed axes>}`` (see parse_replica_groups)."""
+    axes = [(name, int(size)) for name, size in _MESH_AXIS_RE.findall(axes_text)]
+    listed = [name.strip().strip("'") for name in listed_text.split(",") if name.strip()]
+    names = [name for name, _ in axes]
+    if not axes or any(name not in names for name in listed):
+        raise HloParseError(f"replica_groups=mesh[{axes_text}] {{{listed_text}}}: axes do not fit")
+    sizes = [size for _, size in axes]
+    strides = [1] * len(sizes)
+    for k in range(len(sizes) - 2, -1, -1):
+        strides[k] = strides[k + 1] * sizes[k + 1]
+    inside = [names.index(name) for name in listed]
+    outside = [k for k in range(len(sizes)) if k not in inside]
+    groups = []
+    for fixed in itertools.product(*(range(sizes[k]) for k in outside)):
+        base = sum(c * strides[k] for c, k in zip(fixed, outside))
+        groups.append(sorted(base + sum(c * strides[k] for c, k in zip(moving, inside))
+                             for moving in itertools.product(*(range(sizes[k]) for k in inside))))
     return groups
 
 

@@ -159,18 +159,27 @@ def _modules_from_metadata(meta: PlaneView, modules: dict[str, hlo.HloModule], p
 
 
 def _device_ids(job: RankJob, devices: list[Device], path: Path) -> dict[int, int]:
-    """Local device ordinal -> global device id.
+    """Local device ordinal -> global rank.
 
     A profile names devices by their ordinal in the process. With several processes (multi-host
-    JAX) the global ids come from the collector's manifest (``local_device_ids``, in ordinal
-    order); without one, ordinals are used as ids, which is right for a single process."""
+    JAX) the collector's manifest gives each local ordinal its global device id
+    (``local_device_ids``) and lists every device of the run (``device_ids``); a device's
+    rank is its place among those (JAX on CPU numbers a second process's devices from 2048:
+    ranks must be 0..N-1). Without a manifest, ordinals are the ranks, which is right for a
+    single process."""
     local = job.options.get("local_device_ids")
     ordinals = sorted({d.ordinal for d in devices})
     if isinstance(local, list) and local and all(isinstance(i, int) for i in local):
-        if max(ordinals) >= len(local):
+        if set(ordinals) <= set(local):
+            ids = {o: o for o in ordinals}  # XLA's CPU backend names devices by global id
+        elif max(ordinals) < len(local):
+            ids = {o: local[o] for o in ordinals}
+        else:
             raise TraceFormatError(path, f"device ordinal {max(ordinals)}",
                                    f"a device listed in the run manifest ({len(local)} local devices)")
-        return {o: local[o] for o in ordinals}
+        every = job.options.get("device_ids") or []  # without it, the ids are the ranks
+        place = {device_id: rank for rank, device_id in enumerate(every)}
+        return {o: place.get(ids[o], ids[o]) for o in ordinals}
     return {o: o for o in ordinals}
 
 
