@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from chakra_hooks import storage
 from chakra_hooks.errors import TraceFormatError
 from chakra_hooks.executors import job_memory, make_executor, progress_bar
 from chakra_hooks.linker.gc_pause import gc_paused
@@ -51,9 +52,9 @@ class RankResult:
 
 @dataclass
 class ConvertResult:
-    outdir: Path
+    outdir: Path | str  # a str for a URL
     ranks: list[RankResult]
-    comm_group: Path | None
+    comm_group: Path | str | None
     warnings: list[str] = field(default_factory=list)
 
 
@@ -93,7 +94,14 @@ def discover(inputs: Sequence[str | os.PathLike], warn: Callable[[str], None]) -
 
 def convert_job(job: RankJob, staging: str, prefix: str, target: str, write_json: bool,
                 keep_mem: bool, gaps: bool = True) -> list[RankResult]:
-    """Load one job, build and write its graphs. Runs in a worker process."""
+    """Load one job, build and write its graphs. Runs in a worker process (which fetches a
+    remote job's files itself and uploads its ETs to a remote staging prefix: storage.py)."""
+    with storage.local_job(job) as job, storage.local_staging(staging) as where:
+        return _convert_local_job(job, where, prefix, target, write_json, keep_mem, gaps)
+
+
+def _convert_local_job(job: RankJob, staging: str, prefix: str, target: str, write_json: bool,
+                       keep_mem: bool, gaps: bool) -> list[RankResult]:
     loader = _resolve(LOADERS[job.format])
     with gc_paused():  # conversion builds millions of objects, none in a reference cycle
         traces = loader(job)
@@ -163,33 +171,52 @@ def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike
         if warn is not None:
             warn(message)
 
-    out = Path(outdir)
-    earlier = our_outputs(out)  # checked first: a refusal should not wait for discovery
+    remote_out = storage.RemoteOutput(str(outdir)) if storage.is_url(outdir) else None
+    out: Path | str = str(outdir).rstrip("/") if remote_out else Path(outdir)
+    # checked first: a refusal should not wait for discovery
+    earlier = _ours(remote_out.names()) if remote_out else [p.name for p in our_outputs(out)]
     if earlier and not overwrite:
-        shown = ", ".join(p.name for p in earlier[:3]) + (" ..." if len(earlier) > 3 else "")
+        shown = ", ".join(earlier[:3]) + (" ..." if len(earlier) > 3 else "")
         raise TraceFormatError(out, "output folder",
                                f"a folder without the outputs of an earlier conversion (it holds "
                                f"{len(earlier)}: {shown}); use --overwrite to replace them, or "
                                f"another folder")
-    jobs = discover(inputs, note)
-    if not jobs:
-        raise TraceFormatError(", ".join(map(str, inputs)), "inputs",
-                               "PyTorch ET / Kineto JSON or XSpace (.xplane.pb) files; found none")
-    _refuse_duplicate_ranks([(job.rank, job.describe()) for job in jobs if job.rank is not None],
-                            inputs)
-    if force_pair:  # link ET + Kineto pairs however few ops match (linker/pytorch/link.py)
-        for job in jobs:
-            job.options["force_pair"] = True
-    created = not out.exists()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        staging = tempfile.mkdtemp(prefix=".chakra-hooks-", dir=out)
-    except OSError as exc:
-        raise TraceFormatError(out, "output folder",
-                               f"a folder we can create and write ({exc.strerror or exc})") from None
+    heads = None  # local stand-ins of remote inputs (storage.mirror_inputs)
+    staging = None
     done = False
     runner = None
+    created = False
     try:
+        local_inputs = [item for item in inputs if not storage.is_url(item)]
+        remote_inputs = [str(item) for item in inputs if storage.is_url(item)]
+        mirrored: dict[Path, tuple[str, int]] = {}
+        if remote_inputs:
+            heads = tempfile.mkdtemp(prefix="chakra-hooks-heads-")
+            mirrored = storage.mirror_inputs(remote_inputs, Path(heads))
+            local_inputs.append(heads)
+        jobs = discover(local_inputs, note)
+        if not jobs:
+            raise TraceFormatError(", ".join(map(str, inputs)), "inputs",
+                                   "PyTorch ET / Kineto JSON or XSpace (.xplane.pb) files; found none")
+        for job in jobs:
+            remote = {role: mirrored[path.resolve()] for role, path in job.files.items()
+                      if path.resolve() in mirrored}
+            if remote:
+                job.options["remote"] = remote
+            if force_pair:  # link ET + Kineto pairs however few ops match (linker/pytorch/link.py)
+                job.options["force_pair"] = True
+        _refuse_duplicate_ranks([(job.rank, job.describe()) for job in jobs if job.rank is not None],
+                                inputs)
+        if remote_out:
+            staging = remote_out.make_staging()
+        else:
+            created = not out.exists()
+            try:
+                out.mkdir(parents=True, exist_ok=True)
+                staging = tempfile.mkdtemp(prefix=storage.STAGING_PREFIX, dir=out)
+            except OSError as exc:
+                raise TraceFormatError(out, "output folder", f"a folder we can create and write "
+                                       f"({exc.strerror or exc})") from None
         runner = make_executor(executor, workers, len(jobs), progress, ray_address)
         bar = progress_bar(len(jobs), progress)
         args = [(job, staging, prefix, target, write_json, keep_mem, gaps) for job in jobs]
@@ -211,24 +238,36 @@ def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike
         if target == "astra-sim":
             # The full target keeps every group as recorded (torch's default group is "0");
             # ASTRA-sim needs them renumbered and sizes agreeing across ranks.
-            groups = _harmonize_run(Path(staging), results, groups, write_json, note, runner)
+            groups = _harmonize_run(staging, results, groups, write_json, note, runner)
         comm_group = None
         if groups:
-            (Path(staging) / COMM_GROUP_FILE).write_bytes(
-                orjson.dumps({str(k): v for k, v in groups.items()}, option=orjson.OPT_INDENT_2))
-            comm_group = out / COMM_GROUP_FILE
-        for old in earlier:  # --overwrite: only our own files of the earlier conversion go
-            if not (Path(staging) / old.name).exists():
-                old.unlink(missing_ok=True)
-        for name in os.listdir(staging):
-            os.replace(Path(staging) / name, out / name)
+            data = orjson.dumps({str(k): v for k, v in groups.items()}, option=orjson.OPT_INDENT_2)
+            if remote_out:
+                remote_out.write(COMM_GROUP_FILE, data)
+                comm_group = f"{out}/{COMM_GROUP_FILE}"
+            else:
+                (Path(staging) / COMM_GROUP_FILE).write_bytes(data)
+                comm_group = out / COMM_GROUP_FILE
+        if remote_out:
+            remote_out.commit(earlier)
+        else:
+            for name in earlier:  # --overwrite: only our own files of the earlier conversion go
+                if not (Path(staging) / name).exists():
+                    (out / name).unlink(missing_ok=True)
+            for name in os.listdir(staging):
+                os.replace(Path(staging) / name, out / name)
         done = True
     finally:
         if runner is not None:
             runner.close()
-        shutil.rmtree(staging, ignore_errors=True)
-        if not done and created:
-            shutil.rmtree(out, ignore_errors=True)  # a failed convert leaves nothing behind
+        if heads is not None:
+            shutil.rmtree(heads, ignore_errors=True)
+        if remote_out:
+            remote_out.cleanup(failed=not done)
+        elif staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+            if not done and created:
+                shutil.rmtree(out, ignore_errors=True)  # a failed convert leaves nothing behind
     return ConvertResult(out, results, comm_group, warnings)
 
 
@@ -236,19 +275,17 @@ def our_outputs(out: Path) -> list[Path]:
     """The files of an earlier conversion in ``out``: ETs, their JSON twins, comm_group.json."""
     if not out.is_dir():
         return []
-    found = []
-    for path in sorted(out.iterdir()):
-        name = path.name
-        if not path.is_file():
-            continue
-        if name.endswith(OUTPUT_SUFFIXES) or name == COMM_GROUP_FILE:
-            found.append(path)
-        elif name.endswith(".json") and (out / (name[:-5] + ".et")).exists():
-            found.append(path)  # the JSON workload twin of an ET
-    return found
+    return [out / name for name in _ours(sorted(p.name for p in out.iterdir() if p.is_file()))]
 
 
-def _harmonize_run(staging: Path, results: list[RankResult], groups: dict[int, list[int]],
+def _ours(names: list[str]) -> list[str]:
+    """Of a folder's file names, those a conversion writes."""
+    present = set(names)
+    return [name for name in names if name.endswith(OUTPUT_SUFFIXES) or name == COMM_GROUP_FILE
+            or (name.endswith(".json") and name[:-5] + ".et" in present)]  # an ET's JSON twin
+
+
+def _harmonize_run(staging: str, results: list[RankResult], groups: dict[int, list[int]],
                    write_json: bool, note: Callable[[str], None], runner) -> dict[int, list[int]]:
     """Make the staged ETs agree across ranks as ASTRA-sim needs (converter/run.py), in a
     second round: the plan is made here from the collectives the workers handed over (each
@@ -264,8 +301,8 @@ def _harmonize_run(staging: Path, results: list[RankResult], groups: dict[int, l
     for result in results:
         bodies = [(index, node.SerializeToString())
                   for (index, _), node in zip(result.collectives, nodes.pop(result.rank))]
-        tasks.append((str(staging / result.files[0]),
-                      str(staging / result.files[1]) if write_json else None,
+        tasks.append((f"{staging}/{result.files[0]}",
+                      f"{staging}/{result.files[1]}" if write_json else None,
                       bodies, result.others_tally))
     for result, summary in zip(results, runner.map(rewrite_collectives, tasks)):
         result.summary = summary
@@ -282,19 +319,21 @@ def rewrite_collectives(path: str, json_path: str | None, bodies: list[tuple[int
     from chakra_hooks.converter.schema import GlobalMetadata, Node
     from chakra_hooks.converter.wire import encode_varint
 
-    buf, compressed = etio.read_bytes(path)
-    frames = etio.split_frames(buf, path)
-    del buf
-    tally = inspect.Tally()
-    tally.merge(others_tally)
     name = Path(path).name
-    for index, body in bodies:
-        frames[index + 1] = encode_varint(len(body)) + body
-        tally.add_node(Node.FromString(body), name, index, check=False)
-    etio.atomic_write(path, frames, compressed)
+    with storage.local_copy(path) as local:
+        buf, compressed = etio.read_bytes(local)
+        frames = etio.split_frames(buf, local)
+        del buf
+        tally = inspect.Tally()
+        tally.merge(others_tally)
+        for index, body in bodies:
+            frames[index + 1] = encode_varint(len(body)) + body
+            tally.add_node(Node.FromString(body), name, index, check=False)
+        etio.atomic_write(local, frames, compressed)
     metadata = GlobalMetadata.FromString(etio.frame_body(frames[0]))
     if json_path is not None:
-        etio.write_workload_json(json_path, etio.decode_frames(frames, path)[1])
+        with storage.local_copy(json_path) as local_json:
+            etio.write_workload_json(local_json, etio.decode_frames(frames, path)[1])
     return tally.summary(name, metadata).to_json()
 
 

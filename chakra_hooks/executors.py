@@ -193,9 +193,17 @@ def _call(func: Callable, *args: object) -> object:
     return func(*args)
 
 
+GZIP_RATIO = 8  # a remote gzip file's raw size is guessed (JSON traces compress ~6-12x)
+
+
 def job_memory(job: object) -> int:
     """The memory one rank job is declared to need: its inputs' raw size x
-    MEMORY_PER_INPUT_BYTE (a gzip file's raw size is in its last four bytes)."""
+    MEMORY_PER_INPUT_BYTE (a gzip file's raw size is in its last four bytes; a remote one's,
+    which the driver does not read whole, is guessed at GZIP_RATIO x)."""
+    remote = job.options.get("remote")
+    if remote:
+        size = sum(n * (GZIP_RATIO if url.endswith(".gz") else 1) for url, n in remote.values())
+        return max(MEMORY_FLOOR, int(size * MEMORY_PER_INPUT_BYTE))
     size = 0
     for path in job.files.values():
         try:

@@ -99,3 +99,12 @@ def test_bad_input_on_one_rank_fails_the_run_in_one_line(corpus, tmp_path, local
         convert_paths([run], out, executor="ray", progress=False, warn=lambda _: None)
     assert "\n" not in str(failed.value)
     assert not out.exists()  # nothing written, not even the folder
+
+
+def test_file_urls_on_ray(corpus, tmp_path, local_ray):
+    pytest.importorskip("fsspec", reason="fsspec is not installed here")
+    run = tile_dlrm(corpus, tmp_path / "run4", 4)
+    convert_paths([run], tmp_path / "pool", workers=2, progress=False, warn=lambda _: None)
+    convert_paths([f"file://{run}"], f"file://{tmp_path / 'ray'}", executor="ray", progress=False,
+                  warn=lambda _: None)
+    assert _files(tmp_path / "ray") == _files(tmp_path / "pool")
