@@ -67,6 +67,8 @@ def mirror_inputs(inputs: list[str], folder: Path) -> dict[Path, tuple[str, int]
         else:
             files = [(root, Path(Path(root).name))]
         for path, rel in files:
+            # named as the user named its folder (fsspec's own form may differ: memory:///)
+            shown = _join(url, rel.as_posix()) if fs.isdir(root) else url
             if any(part.startswith(".") for part in rel.parts):
                 continue  # hidden files, and staging prefixes of our own
             size = int(fs.size(path))
@@ -74,7 +76,7 @@ def mirror_inputs(inputs: list[str], folder: Path) -> dict[Path, tuple[str, int]
             local.parent.mkdir(parents=True, exist_ok=True)
             with fs.open(path, "rb") as handle:
                 local.write_bytes(handle.read(size if size < WHOLE_BELOW else HEAD_BYTES))
-            found[local.resolve()] = (fs.unstrip_protocol(path), size)
+            found[local.resolve()] = (shown, size)
     return found
 
 
@@ -93,6 +95,7 @@ def local_job(job: object) -> Iterator[object]:
         yield job
         return
     folder = Path(tempfile.mkdtemp(prefix="chakra-hooks-in-"))
+    urls: dict[str, str] = {}  # local copy -> its URL, for errors
     try:
         files = dict(job.files)
         for role, (url, _) in remote.items():
@@ -101,7 +104,14 @@ def local_job(job: object) -> Iterator[object]:
             local.parent.mkdir(parents=True, exist_ok=True)
             fs.get(path, str(local))
             files[role] = local
-        yield type(job)(job.format, files, job.rank, dict(job.options))
+            urls[str(local)] = url
+        try:
+            yield type(job)(job.format, files, job.rank, dict(job.options))
+        except TraceFormatError as exc:
+            if exc.path not in urls:
+                raise
+            # The one-line error names the file the user gave, not the worker's copy.
+            raise TraceFormatError(urls[exc.path], exc.where, exc.expected) from None
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -67,9 +67,10 @@ def test_a_failed_remote_conversion_leaves_nothing(corpus, tmp_path, memory_fs):
     bad = next(local_in.glob("worker1_*"))
     bad.write_bytes(bad.read_bytes()[:20000])
     _upload(memory_fs, local_in, "/bucket/run")
-    with pytest.raises(TraceFormatError, match="worker1_step_12"):
+    with pytest.raises(TraceFormatError, match=r"^memory://bucket/run/worker1_step_12\S*: ") as failed:
         convert_paths(["memory://bucket/run"], "memory://bucket/out", workers=1, progress=False,
                       warn=lambda _: None)
+    assert "\n" not in str(failed.value)  # one line, naming the file by its URL
     assert not memory_fs.exists("/bucket/out") or not memory_fs.ls("/bucket/out")
 
 
