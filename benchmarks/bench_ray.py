@@ -24,7 +24,6 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from tile_dlrm import tile_dlrm
