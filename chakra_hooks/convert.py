@@ -117,13 +117,17 @@ def _convert_local_job(job: RankJob, staging: str, prefix: str, target: str, wri
 def _convert_trace(trace: LinkedTrace, job: RankJob, staging: str, prefix: str, target: str, write_json: bool,
                    keep_mem: bool, gaps: bool = True) -> RankResult:
     from chakra_hooks.converter import etio, graph
-    from chakra_hooks.linker.gaps import add_gaps, add_idle_gaps
+    from chakra_hooks.linker.gaps import add_gaps
 
-    # The time between ops, so that the ET replays to the measured span. ASTRA-sim's analytical
-    # backend runs one host op and one device op at a time, so its gaps are counted per
-    # resource, not per lane (linker/gaps.py; benchmarks/bench_fidelity.py).
+    # The slack between ops, so that the ET replays to the measured span. ASTRA-sim's
+    # analytical backend runs one host op and one device op at a time, so its slack is counted
+    # per resource, not per lane, with the durations it will replay (linker/gaps.py).
     if gaps:
-        (add_idle_gaps if target == "astra-sim" else add_gaps)(trace)
+        if target == "astra-sim":
+            add_gaps(trace, per_resource=True,
+                     replay_dur=graph.astra_sim_replay_dur(trace.ops, keep_mem))
+        else:
+            add_gaps(trace)
     chakra = graph.build_graph(trace, target=target, keep_mem=keep_mem, consume=True)
     path = Path(staging) / f"{prefix}.{trace.rank}.et"
     etio.write_et(path, chakra.metadata, chakra.bodies)

@@ -125,36 +125,59 @@ def _whole_ns(op: Op) -> bool:
 def _retarget(ops: list[Op], target: str, keep_mem: bool) -> list[Op]:
     """The ops to emit, with kinds changed where the target does not accept them.
 
-    ASTRA-sim runs one compute node at a time per NPU. A copy on a lane where no compute runs
-    (a copy engine, TPU "Async XLA Ops") overlapped compute in the trace; replayed as compute
-    for its full time it would serialise with everything else (a TPU trace ran 3.5x long that
-    way), so it is replayed in zero time, its measured time kept in ``overlapped_duration_ps``.
+    ASTRA-sim runs one compute node at a time per NPU. What it cannot run as it was (a
+    collective of a type it does not simulate, or of unknown size; a copy when MEM nodes are
+    off) becomes a COMP node; where that op ran beside compute in the trace (a collective on
+    its own stream, a copy on a copy engine or TPU "Async XLA Ops"), replayed as compute for its
+    full time it would serialise with everything else (a TPU trace ran 3.5x long that way), so
+    it is replayed in zero time (:func:`astra_sim_replay_dur`), its measured time kept in
+    ``overlapped_duration_ps``; the gaps were computed with that zero (linker/gaps.py), so the
+    ops that waited for it still start when they did.
     """
     if target == "full":
         return ops
-    compute_lanes = {op.lane for op in ops if op.kind == _COMPUTE}
+    replay_dur = astra_sim_replay_dur(ops, keep_mem)
     out: list[Op] = []
     for op in ops:
         kind = op.kind
         if kind == _METADATA:
             continue
-        is_mem = kind in _MEM_KINDS
-        # A collective whose size was not recorded would move 0 bytes in the simulator: it is
-        # replayed for the time it took instead (the full target keeps it, comm_size_unknown).
-        if (is_mem and not keep_mem) or (kind in _COMM_KINDS and "comm_size_unknown" in op.attrs) or (
-                kind == _COLLECTIVE and (op.comm is None or op.comm.comm_type not in ASTRA_SIM_COLLECTIVES)):
+        if _astra_sim_as_compute(op, keep_mem):
             attrs = dict(op.attrs, replayed_as_compute=kind.name)
-            dur_ps = op.dur_ps
-            # A collective's time is already in the device gaps (linker/gaps.add_idle_gaps
-            # leaves collectives out: where compute idled during one, a gap holds the time),
-            # so on the compute resource it runs in zero time, or it would count twice.
-            if dur_ps and (kind in _COMM_KINDS or (is_mem and op.lane not in compute_lanes)):
-                attrs["overlapped_duration_ps"] = dur_ps
-                dur_ps = 0
+            dur_ps = replay_dur(op)
+            if op.dur_ps and not dur_ps:
+                attrs["overlapped_duration_ps"] = op.dur_ps
             op = Op(op.uid, op.name, _COMPUTE, op.on_device, op.lane, op.start_ps, dur_ps,
                     None, op.bytes, op.flops, op.inputs, op.outputs, attrs)
         out.append(op)
     return out
+
+
+def _astra_sim_as_compute(op: Op, keep_mem: bool) -> bool:
+    """Whether ASTRA-sim gets ``op`` as a COMP node (it cannot run it as what it was)."""
+    kind = op.kind
+    if kind in _MEM_KINDS:
+        return not keep_mem
+    if kind in _COMM_KINDS and "comm_size_unknown" in op.attrs:
+        return True
+    return kind == _COLLECTIVE and (op.comm is None
+                                    or op.comm.comm_type not in ASTRA_SIM_COLLECTIVES)
+
+
+def astra_sim_replay_dur(ops: list[Op], keep_mem: bool = False):
+    """The duration ASTRA-sim replays each op for (``--target astra-sim``): the measured one,
+    except zero for a collective replayed as compute and for a copy replayed as compute on a
+    lane where no compute runs (module docstring of :func:`_retarget`)."""
+    compute_lanes = {op.lane for op in ops if op.kind == _COMPUTE}
+
+    def replay_dur(op: Op) -> int:
+        dur = op.dur_ps
+        if dur and _astra_sim_as_compute(op, keep_mem) and (
+                op.kind in _COMM_KINDS or op.lane not in compute_lanes):
+            return 0
+        return dur
+
+    return replay_dur
 
 
 def _resolve_edges(trace: LinkedTrace, kept: dict[int, Op]) -> tuple[dict[int, tuple[list, list]], dict]:
@@ -303,7 +326,10 @@ def _make_node(op: Op, deps: tuple[list, list] | None, exact_unit: str, enc: Nod
     start_ps, dur_ps = op.start_ps, op.dur_ps
     kind = op.kind
     node_type = _NODE_TYPE[kind]
-    duration_us = 0 if dur_ps is None else round_us(dur_ps)
+    # The end is rounded like the start, so that an edge that holds in picoseconds holds in
+    # microseconds too (a rounded duration could end a parent 1 us after its child starts).
+    duration_us = 0 if dur_ps is None else (
+        round_us(dur_ps) if start_ps is None else round_us(start_ps + dur_ps) - round_us(start_ps))
     buf = bytearray()
     enc.head(buf, op.uid, enc.name(op.name, node_type), ctrl, data,
              None if start_ps is None else round_us(start_ps), duration_us)

@@ -18,6 +18,11 @@ Picoseconds = int
 
 PS_PER_NS = 1_000
 PS_PER_US = 1_000_000
+# How late a dependency may end after its dependant started and still be kept (clock noise):
+# above the skew between the host and device timestamps of one profile, and under half of
+# Chakra's microsecond, so that no kept edge is more than 1 us late in the written ET either
+# (the converter rounds ends and starts alike: converter/graph.py).
+CLOCK_TOLERANCE_PS = 500_000
 
 AttrValue = Union[bool, int, float, str, list[int], list[float], list[str], list[bool]]
 """Extra attribute values. The converter maps bool -> bool_val, int -> int64_val,

@@ -17,6 +17,6 @@ cpdef object add_data_edges(object linker)
 cpdef object _autograd_edges(object linker, list tops)
 
 
-@cython.locals(e=Edge, op=Op, ops=list, starts=list, kept=list, seen=set,
-               width=Py_ssize_t, backwards=Py_ssize_t)
+@cython.locals(e=Edge, op=Op, ops=list, starts=list, ends=list, kept=list, seen=set,
+               width=Py_ssize_t, backwards=Py_ssize_t, late=Py_ssize_t)
 cpdef object prune_edges(object linker)

@@ -29,7 +29,7 @@ from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
-from chakra_hooks.linker.model import Edge, EdgeKind
+from chakra_hooks.linker.model import CLOCK_TOLERANCE_PS, Edge, EdgeKind
 
 if TYPE_CHECKING:
     from chakra_hooks.linker.pytorch.kineto_events import KEvent
@@ -41,6 +41,9 @@ STREAM_SYNC = {p + "StreamSynchronize" for p in _PREFIXES}
 EVENT_SYNC = {p + "EventSynchronize" for p in _PREFIXES}
 EVENT_RECORD = {p + s for p in _PREFIXES for s in ("EventRecord", "EventRecordWithFlags")}
 WAIT_EVENT = {p + "StreamWaitEvent" for p in _PREFIXES}
+# How soon after the op it waited for a device op starts, at most, for a wait that the trace
+# did not record to be read from the clock (_waits_by_clock).
+CLOCK_WAKE_MAX_PS = 20_000_000  # 20 us
 _BACKWARD = re.compile(r"Backward\d*$")  # autograd node names: AddmmBackward0, ...
 SYNC_NAMES = DEVICE_SYNC | STREAM_SYNC | EVENT_SYNC | EVENT_RECORD | WAIT_EVENT
 # Enum members read per op or per edge, bound once: reading one off its class goes through
@@ -98,14 +101,16 @@ def add_sync_edges(linker: _Linker) -> None:
     if linker.kt is None or not linker.launches:
         return
     launches = _Launches(linker.launches)
-    host = {key: sorted(v) for key, v in linker.thread_ops.items()}
-    waits = _HostWaits(host, launches, linker.edges)
+    waits = _HostWaits(launches, linker.host_waits, linker.edges)
+    ends = _DeviceEnds(linker, launches)
     exact = {rec.args.correlation: rec for rec in linker.kt.syncs
              if rec.args.correlation is not None}
     last_record: dict[tuple, int] = {}
     edges, window = linker.edges, linker.window
     calls = sorted((rt for rt in linker.kt.runtime if rt.name in SYNC_NAMES),
                    key=lambda rt: rt.start)
+    if not any(rt.name in WAIT_EVENT for rt in calls):
+        _waits_by_clock(linker, launches, ends)
     for rt in calls:
         key = (rt.pid, rt.tid)
         if rt.name in EVENT_RECORD:
@@ -117,7 +122,7 @@ def add_sync_edges(linker: _Linker) -> None:
         if record is not None:
             _exact_sync(record, rt, linker.runtime_by_corr, launches, waits)
         elif rt.name in WAIT_EVENT:
-            _wait_event(launches, key, last_record.get(key), rt.start, edges)
+            _wait_event(launches, key, last_record.get(key), rt.start, linker, ends)
         elif rt.name in DEVICE_SYNC:
             waits.add(rt, list(launches.lane), rt.start)
         elif rt.name in STREAM_SYNC:
@@ -129,27 +134,23 @@ def add_sync_edges(linker: _Linker) -> None:
 
 
 class _HostWaits:
-    """Device -> host SYNC edges: the host op after a blocking call waits for device work."""
+    """Device -> host waits: each blocking call with the device ops it waited for, kept in
+    ``linker.host_waits`` as (thread, call start ns, call end ns, device uids) for
+    linker/pytorch/waits.py, which cuts the host op around the call (or, for a call between
+    ops, makes the next op wait)."""
 
-    def __init__(self, host: dict, launches: _Launches, edges: list[Edge]) -> None:
-        self.host, self.launches, self.edges = host, launches, edges
-        self.starts = {key: [s for s, _ in v] for key, v in host.items()}
+    def __init__(self, launches: _Launches, pending: list, edges: list[Edge]) -> None:
+        self.launches, self.pending, self.edges = launches, pending, edges
 
     def add(self, rt: KEvent, lanes: list, t: int) -> None:
-        """Edges from the last op launched before ``t`` on each lane to the first top-level
-        host op of ``rt``'s thread that starts after ``rt`` returned."""
-        key = (rt.pid, rt.tid)
-        starts = self.starts.get(key)
-        if not starts:
-            return
-        i = bisect_left(starts, rt.start + rt.dur)
-        if i == len(starts):
-            return
-        dst = self.host[key][i][1]
+        """The last op launched before ``t`` on each lane, awaited by the call ``rt``."""
+        awaited = []
         for lane in lanes:
             src = self.launches.last_on_lane(lane, t) if lane is not None else None
             if src is not None:
-                self.edges.append(Edge(src, dst, _SYNC))
+                awaited.append(src)
+        if awaited:
+            self.pending.append(((rt.pid, rt.tid), rt.start, rt.start + rt.dur, awaited))
 
 
 def _exact_sync(record: KEvent, rt: KEvent, runtime_by_corr: dict, launches: _Launches,
@@ -177,16 +178,118 @@ def _exact_sync(record: KEvent, rt: KEvent, runtime_by_corr: dict, launches: _La
 
 
 def _wait_event(launches: _Launches, key: tuple, record_t: int | None, t: int,
-                edges: list[Edge]) -> None:
-    if record_t is None:
-        return
-    src_lane = launches.last_lane_on_thread(key, record_t)
+                linker: _Linker, ends: _DeviceEnds) -> None:
+    """A stream told to wait for an event: the next op the thread launches waits for the op
+    before the event's record on the recording stream. Where the trace does not say which
+    stream recorded it (no ``cudaEventRecord`` in old traces, or the guess ends after the
+    waiting op began, so it cannot be what it waited for), the clock tells: the op of another
+    stream of the device that ended last while the waiting op was held back (it had been
+    launched and its stream was free), or nothing, counted in ``stream_waits_unresolved``."""
     nxt = launches.next_on_thread(key, t)
-    if src_lane is None or nxt is None or nxt[1] == src_lane:
+    if nxt is None:
         return
-    src = launches.last_on_lane(src_lane, record_t)
-    if src is not None:
-        edges.append(Edge(src, nxt[0], _SYNC))
+    dst_uid, dst_lane = nxt
+    ops, stats = linker.ops, linker.trace.stats
+    dst = ops[dst_uid]
+    if dst.start_ps is None:
+        return
+    if record_t is not None:
+        src_lane = launches.last_lane_on_thread(key, record_t)
+        if src_lane is None or src_lane == dst_lane:
+            return  # same-stream order is already a STREAM_ORDER edge
+        src = launches.last_on_lane(src_lane, record_t)
+        if src is not None and ops[src].start_ps is not None and \
+                ops[src].start_ps + (ops[src].dur_ps or 0) - dst.start_ps <= CLOCK_TOLERANCE_PS:
+            linker.edges.append(Edge(src, dst_uid, _SYNC))
+            return
+    held = ends.held_since(dst_uid, dst_lane, linker)
+    if held is None:
+        return  # it started as soon as it could: it did not wait for another stream
+    src = ends.last_end(dst_lane, held, dst.start_ps + CLOCK_TOLERANCE_PS)
+    if src is None:
+        stats["stream_waits_unresolved"] = stats.get("stream_waits_unresolved", 0) + 1
+        return
+    stats["stream_waits_by_clock"] = stats.get("stream_waits_by_clock", 0) + 1
+    linker.edges.append(Edge(src, dst_uid, _SYNC))
+
+
+def _waits_by_clock(linker: _Linker, launches: _Launches, ends: _DeviceEnds) -> None:
+    """A trace that recorded no event waits at all (only launches: a sampled or filtered
+    trace) still shows them: a device op held back after its launch returned and its stream was
+    free, that began within ``CLOCK_WAKE_MAX_PS`` of the end of an op of another stream of its
+    device, waited for that op (a stream's event wait is released within microseconds)."""
+    found = 0
+    for lane, (_, uids) in launches.lane.items():
+        before = None
+        for uid in uids:
+            held = ends.held_since(uid, lane, linker, before)
+            before = uid
+            if held is None:
+                continue
+            start = linker.ops[uid].start_ps
+            src = ends.last_end(lane, max(held, start - CLOCK_WAKE_MAX_PS),
+                                start + CLOCK_TOLERANCE_PS)
+            if src is not None:
+                linker.edges.append(Edge(src, uid, _SYNC))
+                found += 1
+    linker.trace.stats["stream_waits_by_clock"] = found
+
+
+class _DeviceEnds:
+    """Device ops by end time, per device, for waits the trace does not attribute."""
+
+    def __init__(self, linker: _Linker, launches: _Launches) -> None:
+        self.launches = launches
+        self.runtime_end = {uid: (rt.start + rt.dur) * 1000 for rt, uid, _ in linker.launches}
+        self.runtime_start = {uid: rt.start for rt, uid, _ in linker.launches}
+        per_device: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
+        for op in linker.ops:
+            lane = op.lane
+            if op.on_device and lane.startswith("stream:") and op.start_ps is not None:
+                per_device[_device_of(lane)].append((op.start_ps + (op.dur_ps or 0), op.uid, lane))
+        self.ends = {}
+        for device, entries in per_device.items():
+            entries.sort()
+            self.ends[device] = ([e for e, _, _ in entries], entries)
+
+    def held_since(self, uid: int, lane: str, linker: _Linker, before: int | None = None
+                   ) -> int | None:
+        """When ``uid`` could have started but for a wait (its launch returned and ``before``,
+        the op before it on its stream, ended), if it started more than the tolerance later;
+        else None."""
+        op = linker.ops[uid]
+        ready = self.runtime_end.get(uid)
+        if ready is None or op.start_ps is None:
+            return None
+        if before is None:
+            entry = self.launches.lane.get(lane)
+            if entry is not None:
+                i = bisect_left(entry[0], self.runtime_start[uid])
+                while i < len(entry[1]) and entry[1][i] != uid:
+                    i += 1
+                before = entry[1][i - 1] if 0 < i < len(entry[1]) else None
+        if before is not None:
+            prev = linker.ops[before]
+            if prev.start_ps is not None:
+                ready = max(ready, prev.start_ps + (prev.dur_ps or 0))
+        return ready if op.start_ps - ready > CLOCK_TOLERANCE_PS else None
+
+    def last_end(self, lane: str, lo: int, hi: int) -> int | None:
+        """The op of another stream of ``lane``'s device that ended last in [lo, hi]."""
+        found = self.ends.get(_device_of(lane))
+        if found is None:
+            return None
+        keys, entries = found
+        i = bisect_right(keys, hi) - 1
+        while i >= 0 and keys[i] >= lo:
+            if entries[i][2] != lane:
+                return entries[i][1]
+            i -= 1
+        return None
+
+
+def _device_of(lane: str) -> str:
+    return lane[:lane.rindex(":")]
 
 
 def add_data_edges(linker: _Linker) -> None:
@@ -274,15 +377,21 @@ def add_kineto_autograd_edges(linker: _Linker) -> None:
 
 
 def prune_edges(linker: _Linker) -> None:
-    """Drop duplicates, self-edges and edges that would run backwards in time (those could
-    close a cycle); count what was dropped in the stats."""
+    """Drop duplicates, self-edges, edges that would run backwards in time (those could close
+    a cycle) and edges against the clock: a parent that ended more than CLOCK_TOLERANCE_PS
+    after its child started cannot be what the child waited for (an asynchronous collective
+    and the op after its call, an inferred sync from the wrong stream). Count what was dropped
+    in the stats."""
     ops = linker.ops
-    starts = []
+    starts, ends = [], []
     for op in ops:
-        starts.append(op.start_ps)
+        start = op.start_ps
+        starts.append(start)
+        ends.append(None if start is None or op.dur_ps is None else start + op.dur_ps)
     width = len(ops) + 1  # src * width + dst: one int per pair, cheaper than a tuple
-    kept, seen, backwards = [], set(), 0
+    kept, seen, backwards, late = [], set(), 0, 0
     parent = _PARENT
+    tolerance = CLOCK_TOLERANCE_PS
     for e in linker.edges:
         src, dst = e.src, e.dst
         pair = src * width + dst
@@ -290,9 +399,14 @@ def prune_edges(linker: _Linker) -> None:
             continue
         a, b = starts[src], starts[dst]
         if a is not None and b is not None:
-            if a > b and e.kind != parent:
-                backwards += 1
-                continue
+            if e.kind != parent:
+                if a > b:
+                    backwards += 1
+                    continue
+                end = ends[src]
+                if end is not None and end - b > tolerance:
+                    late += 1
+                    continue
         else:
             # Untimed: fall back on ET ids (entry order); every edge we make follows it.
             ia, ib = ops[src].attrs.get("et_id"), ops[dst].attrs.get("et_id")
@@ -303,3 +417,4 @@ def prune_edges(linker: _Linker) -> None:
         kept.append(e)
     linker.edges[:] = kept
     linker.trace.stats["edges_dropped_backwards"] = backwards
+    linker.trace.stats["edges_dropped_against_clock"] = late

@@ -67,6 +67,7 @@ from chakra_hooks.linker.pytorch.et import USER_SCOPE, HostEt, read_host_et
 from chakra_hooks.linker.pytorch.et_nodes import EtNode
 from chakra_hooks.linker.pytorch.groups import Groups
 from chakra_hooks.linker.pytorch.match import Match, index_threads, match_et
+from chakra_hooks.linker.pytorch.waits import split_host_ops
 from chakra_hooks.linker.sources import RankJob
 
 PG_INIT = "## process_group:init ##"
@@ -176,6 +177,8 @@ class _Linker:
         self.nested_after: dict[int, list[int]] = defaultdict(list)  # top uid -> nested comm
         self.thread_ops: dict[tuple, list[tuple[int, int]]] = defaultdict(list)  # Kineto thread
         self.launches: list[tuple[KEvent, int, str]] = []  # (runtime call, device uid, lane)
+        # blocking calls: (thread, call start ns, call end ns, awaited device uids)
+        self.host_waits: list[tuple[tuple, int, int, list[int]]] = []
         # top-level ET ops, in program order per thread, and process-group init nodes
         self.selected = selected
         self.tops: list[EtNode] = []
@@ -206,6 +209,7 @@ class _Linker:
             pytorch_edges.add_data_edges(self)
         elif self.kt is not None:
             pytorch_edges.add_kineto_autograd_edges(self)
+        split_host_ops(self)
         self._finish()
         return self.trace
 

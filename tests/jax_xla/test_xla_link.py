@@ -80,11 +80,12 @@ def test_tpu_durations_are_device_durations(corpus: Path, tpu_traces: list[Linke
         # a collective-permute would split; here one op per event
         assert got == expected
         assert all(isinstance(op.start_ps, int) for op in t.ops)
-        # the converter rounds the same picoseconds to microseconds
+        # the converter rounds the same picoseconds to microseconds: the end like the start
         g = graph.build_graph(t)
         by_id = {n.id: n for n in g.nodes}
         for op in ops:
-            assert by_id[op.uid].duration_micros == graph.round_us(op.dur_ps)
+            assert by_id[op.uid].duration_micros == (graph.round_us(op.start_ps + op.dur_ps)
+                                                     - graph.round_us(op.start_ps))
 
 
 def test_tpu_host_offload_copies(tpu_traces: list[LinkedTrace]) -> None:
