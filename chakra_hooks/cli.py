@@ -1,4 +1,4 @@
-"""The `chakra-hooks` command line: convert, inspect, validate, stats."""
+"""The `chakra-hooks` command line: convert, inspect, validate, stats, whatif."""
 
 from __future__ import annotations
 
@@ -170,6 +170,54 @@ def stats(files: tuple[str, ...], as_json: bool) -> None:
                                 ).decode())
     else:
         click.echo(measure.render(ranks))
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path())
+@click.option("--comm", "comm", multiple=True, metavar="FACTOR|TYPE=FACTOR",
+              help="Multiply communication durations: '0.25x' (a 4x faster network), or per "
+                   "collective type, 'all_reduce=0.5x'. Repeatable.")
+@click.option("--compute", metavar="FACTOR", help="Multiply compute durations (host ops and "
+              "kernels; gaps keep theirs): '2x' takes twice as long.")
+@click.option("--comm-from", "comm_from", type=click.Path(exists=True, file_okay=False),
+              help="Another conversion of the same program: each collective takes the duration "
+                   "measured there (same order per rank).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per file, one per line.")
+def whatif(files: tuple[str, ...], comm: tuple[str, ...], compute: str | None,
+           comm_from: str | None, as_json: bool) -> None:
+    """Replay converted ETs with communication and/or compute changed: the predicted span
+    per rank and what moved on the critical path."""
+    from chakra_hooks.converter import etio
+    from chakra_hooks.converter import whatif as model
+
+    try:
+        change = model.parse_change(comm, compute)
+    except ValueError as exc:
+        _fail(str(exc))
+    paths = list(_et_files(files))
+    others: list[Path | None] = [None] * len(paths)
+    if comm_from is not None:
+        theirs = {_rank_order(p)[1]: p for p in _et_files((comm_from,))}
+        for i, path in enumerate(paths):
+            others[i] = theirs.get(_rank_order(path)[1])
+            if others[i] is None:
+                _fail(f"{comm_from}: no ET for the rank of {path}")
+    ranks = []
+    for path, other in zip(paths, others):
+        elsewhere = None
+        if other is not None:
+            elsewhere = model.collective_durations(etio.read_et(other).nodes)
+        try:
+            ranks.append(model.replay(str(path), etio.read_et(path).nodes, change, elsewhere))
+        except ValueError as exc:
+            _fail(str(exc))
+    described = change.describe() + (f"; collectives as measured in {comm_from}"
+                                      if comm_from else "")
+    if as_json:
+        for r in ranks:
+            click.echo(orjson.dumps({"change": described, **r.to_json()}).decode())
+    else:
+        click.echo(model.render(ranks, described))
 
 
 @cli.command()

@@ -10,6 +10,11 @@ Per file (rank):
   path), ``mem`` (MEM nodes), ``gap`` (``host_gap`` nodes: time between ops, see
   linker/gaps.py);
 - ``top_ops``: the node names that hold most of the critical path;
+- ``idle``: per side (host threads, device streams), the time lanes sat idle between the
+  window's start and their last op, split into ``explained`` (waiting for a dependency: a
+  launch, a sync, another thread, a collective) and ``unexplained`` (the ``host_gap`` nodes:
+  slack that the ET copies from the recording). The unexplained share is how much of the ET is
+  recording rather than model;
 - ``moe``: per MoE layer, the worst imbalance over its routing nodes (max / mean tokens per
   expert); ``kv_bytes``: KV-cache bytes loaded and stored.
 
@@ -45,6 +50,7 @@ class RankStats:
     top_ops: list[tuple[str, float]]
     moe: dict[int, float] = field(default_factory=dict)
     kv_bytes: dict[str, int] = field(default_factory=dict)
+    idle_us: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def coverage(self) -> float:
@@ -58,7 +64,9 @@ class RankStats:
                 "comm_overlapped_us": round(self.comm_overlapped_us, 3),
                 "top_ops": [{"name": n, "us": round(t, 3)} for n, t in self.top_ops],
                 "moe_max_over_mean_by_layer": {str(k): round(v, 3) for k, v in self.moe.items()},
-                "kv_bytes": self.kv_bytes}
+                "kv_bytes": self.kv_bytes,
+                "idle_us": {side: {k: round(v, 3) for k, v in parts.items()}
+                            for side, parts in self.idle_us.items()}}
 
 
 def node_times(node: Node, attrs: dict) -> tuple[float | None, float]:
@@ -124,7 +132,50 @@ def rank_stats(path: str, nodes: Sequence[Node]) -> RankStats:
             kv[str(value_of(a["kv_direction"]))] += int(value_of(a["tensor_size"]))
     return RankStats(path, len(nodes), span, length,
                      {k: by_kind.get(k, 0.0) for k in ("host", "device", "comm", "mem", "gap")},
-                     overlapped, top, dict(sorted(moe.items())), dict(kv))
+                     overlapped, top, dict(sorted(moe.items())), dict(kv),
+                     idle_time(nodes, attrs, times))
+
+
+def idle_time(nodes: Sequence[Node], attrs: dict[int, dict], times: dict[int, tuple]
+              ) -> dict[str, dict[str, float]]:
+    """Per side, the lanes' idle time from the window's start to each lane's last op, and
+    how much of it the gaps hold (unexplained) versus dependencies (explained)."""
+    starts = [s for s, _ in times.values() if s is not None]
+    if not starts:
+        return {}
+    window_start = min(starts)
+    busy: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    gaps: dict[str, float] = defaultdict(float)
+    side_of: dict[str, str] = {}
+    for node in nodes:
+        a = attrs[node.id]
+        start, dur = times[node.id]
+        if start is None or "lane" not in a:
+            continue
+        lane = str(value_of(a["lane"]))
+        if lane.startswith("comm:"):
+            continue  # a host-side collective's own resource: idle there means nothing
+        if node.name == GAP_NAME:
+            gaps[lane] += dur
+            continue
+        side_of.setdefault(lane, "host" if "is_cpu_op" in a and value_of(a["is_cpu_op"])
+                           else "device")
+        busy[lane].append((start, start + dur))
+    out = {side: {"idle": 0.0, "explained": 0.0, "unexplained": 0.0} for side in ("host", "device")}
+    for lane, spans in busy.items():
+        spans.sort()
+        covered, reach = 0.0, window_start
+        for lo, hi in spans:
+            if hi > reach:
+                covered += hi - max(lo, reach)
+                reach = hi
+        idle = reach - window_start - covered
+        unexplained = min(gaps.get(lane, 0.0), idle)
+        part = out[side_of[lane]]
+        part["idle"] += idle
+        part["unexplained"] += unexplained
+        part["explained"] += idle - unexplained
+    return out
 
 
 def critical_path(nodes: Sequence[Node], dur: dict[int, float]
@@ -165,6 +216,12 @@ def render(ranks: list[RankStats]) -> str:
                      f"{k['device'] / 1e3:,.3f} ms, communication (exposed) {k['comm'] / 1e3:,.3f}"
                      f" ms, memory {k['mem'] / 1e3:,.3f} ms, gaps {k['gap'] / 1e3:,.3f} ms; "
                      f"communication overlapped {r.comm_overlapped_us / 1e3:,.3f} ms")
+        for side, part in r.idle_us.items():
+            if part["idle"]:
+                lines.append(f"  idle {side} lanes {part['idle'] / 1e3:,.3f} ms: explained by "
+                             f"dependencies {part['explained'] / 1e3:,.3f} ms, unexplained (gaps) "
+                             f"{part['unexplained'] / 1e3:,.3f} ms "
+                             f"({part['unexplained'] / part['idle']:.0%})")
         if r.top_ops:
             tops = ", ".join(f"{name} {t / 1e3:,.3f}" for name, t in r.top_ops[:5])
             lines.append(f"  top ops on the path (ms): {tops}")

@@ -55,14 +55,13 @@ def add_gaps(trace: LinkedTrace, per_resource: bool = False,
         return 0
     dur = replay_dur or _measured
     ends = {op.uid: op.start_ps + dur(op) for op in timed}
-    by_uid = {op.uid: op for op in timed}
     incoming: dict[int, list[Edge]] = defaultdict(list)
     for e in trace.edges:
         incoming[e.dst].append(e)
     window_start = min(op.start_ps for op in timed)
     groups: dict[str, list[tuple[Op, str, bool]]] = defaultdict(list)
     for op in timed:
-        place = _placement(op, per_resource, incoming, by_uid, ends, dur)
+        place = _placement(op, per_resource, dur)
         if place is not None:
             key, lane, occupies = place
             groups[key].append((op, lane, occupies))
@@ -106,21 +105,15 @@ def _measured(op: Op) -> int:
     return op.dur_ps
 
 
-def _placement(op: Op, per_resource: bool, incoming: dict[int, list[Edge]],
-               by_uid: dict[int, Op], ends: dict[int, int], dur: Callable[[Op], int]
+def _placement(op: Op, per_resource: bool, dur: Callable[[Op], int]
                ) -> tuple[str, str, bool] | None:
     """(group, gap lane, whether the op occupies its group) for ``op``, or None: no gap."""
     if op.lane.startswith("comm:"):
         # A host-side collective: the time before its call is its calling thread's.
-        caller = None
-        for e in incoming.get(op.uid, ()):
-            src = by_uid.get(e.src)
-            if src is not None and not src.on_device and (
-                    caller is None or ends[src.uid] > ends[caller.uid]):
-                caller = src
-        if caller is None:
+        caller = op.attrs.get("calling_lane")
+        if not isinstance(caller, str):
             return None
-        return ("host" if per_resource else caller.lane), caller.lane, False
+        return ("host" if per_resource else caller), caller, False
     if not per_resource:
         return op.lane, op.lane, True
     if op.on_device and (op.kind in _COMM_KINDS or (op.dur_ps and not dur(op))):

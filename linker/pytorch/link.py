@@ -364,7 +364,7 @@ class _Linker:
         if ev is None and self.kt is None and node.ts is not None:
             ev = _et_event(node)  # times a reference-linked ET carries
         if node.name in C10D_OPS and self._c10d_on_host(node, ev):
-            op = self._c10d_comm_op(node, ev)
+            op = self._c10d_comm_op(node, ev, lane)
         else:
             op = self._add(node.name, _COMPUTE, False, lane, ev)
             op.attrs["et_id"] = node.id
@@ -383,7 +383,7 @@ class _Linker:
         # would be work that never ran. Either way the call is a host op.
         return not (self.has_device and node.on_gpu())
 
-    def _c10d_comm_op(self, node: EtNode, ev: KEvent | None) -> Op:
+    def _c10d_comm_op(self, node: EtNode, ev: KEvent | None, caller: str) -> Op:
         meta = self.rpc_meta.get(node.id) or from_c10d_et(node)
         if meta.pg_name is None:
             meta.pg_name = _et_annotated_group(self.et.by_id, node)
@@ -394,6 +394,7 @@ class _Linker:
         op.comm = self._comm_info(kind, ctype, meta)
         op.attrs["et_id"] = node.id
         op.attrs["host_side_collective"] = True
+        op.attrs["calling_lane"] = caller  # the thread whose time precedes the call
         _split_attrs(op, meta)
         return op
 
@@ -411,7 +412,7 @@ class _Linker:
             ev = self.match.by_et.get(node.id)
             if not self._c10d_on_host(node, ev):
                 continue
-            op = self._c10d_comm_op(node, ev)
+            op = self._c10d_comm_op(node, ev, self.ops[top_uid[anc.id]].lane)
             op.inputs, op.outputs = TensorIO(*node.io_text()), TensorIO(*node.io_text(True))
             parent = top_uid[anc.id]
             self.edges.append(Edge(parent, op.uid, EdgeKind.PARENT))
@@ -435,6 +436,7 @@ class _Linker:
                     op = self._add(ev.name, kind, True, "comm:default", ev)
                     op.comm = self._comm_info(kind, ctype, meta)
                     op.attrs["host_side_collective"] = True
+                    op.attrs["calling_lane"] = lane
                 else:
                     op = self._add(ev.name, _COMPUTE, False, lane, ev)
                 self.seqs[lane].append(op.uid)
