@@ -9,9 +9,10 @@ it on its lane) to its start; where it is ``MIN_GAP_PS`` or more it becomes one 
 
 - name ``host_gap``, kind COMPUTE, on the op's lane and side (host or device), attribute
   ``gap_ns``; its measured start is where the slack began;
-- edges: every dependency of the op (and the lane's previous op) -> gap -> op. The op keeps
-  its own dependencies too, so the graph still says what it waited for; a replay starts the gap
-  when the last of them ends, which is exactly where the slack began in the recording.
+- edges: the dependency that ended last (where the slack began) and the lane's previous op ->
+  gap -> op. The op keeps its own dependencies too, so the graph still says what it waited for;
+  a replay starts the gap when that dependency ends and the op when the gap and all its other
+  dependencies have ended, which is exactly when it started in the recording.
 
 So replaying with measured durations takes as long as the recorded window, and a gap never
 holds time that a dependency explains: make a collective shorter and whatever waited for it
@@ -38,8 +39,13 @@ from chakra_hooks.linker.model import Edge, EdgeKind, LinkedTrace, Op, OpKind
 
 GAP_NAME = "host_gap"
 MIN_GAP_PS = 1_000_000  # 1 us
+# On device lanes, the slack left after a kernel's launch is mostly launch latency (a few us
+# per kernel: 3,600 gaps on the ResNet rank, which doubled its node count): shorter slack
+# there is left out, as it matters only where a host thread waits for that very kernel.
+MIN_DEVICE_GAP_PS = 5_000_000  # 5 us
 _COMM_KINDS = (OpKind.COLLECTIVE, OpKind.SEND, OpKind.RECV)
 _PARENT, _HOST_ORDER = EdgeKind.PARENT, EdgeKind.HOST_ORDER
+_COMPUTE = OpKind.COMPUTE
 
 
 def add_gaps(trace: LinkedTrace, per_resource: bool = False,
@@ -49,56 +55,79 @@ def add_gaps(trace: LinkedTrace, per_resource: bool = False,
     ``replay_dur`` gives the duration a consumer will replay an op for, where it differs from
     the measured one (ASTRA-sim runs some nodes in zero time): a dependency's end is taken
     from it, so the slack a consumer sees is the slack it gets."""
-    timed = [op for op in trace.ops if op.start_ps is not None and op.dur_ps is not None]
+    timed = []
+    next_uid = 0
+    window_start = None
+    for op in trace.ops:  # (plain loops: the compiled build types `op`, and has no closures)
+        if op.uid >= next_uid:
+            next_uid = op.uid + 1
+        if op.start_ps is not None and op.dur_ps is not None:
+            timed.append(op)
+            if window_start is None or op.start_ps < window_start:
+                window_start = op.start_ps
     if not timed:
         trace.stats["gaps"] = 0
         return 0
+    ends = {}
+    if replay_dur is None:
+        for op in timed:
+            ends[op.uid] = op.start_ps + op.dur_ps
+    else:
+        for op in timed:
+            ends[op.uid] = op.start_ps + replay_dur(op)
     dur = replay_dur or _measured
-    ends = {op.uid: op.start_ps + dur(op) for op in timed}
-    incoming: dict[int, list[Edge]] = defaultdict(list)
+    # Per op, the dependency that ended last: (its end, its uid). PARENT edges say where an op
+    # started, not what it waited for.
+    released: dict[int, tuple[int, int]] = {}
+    parent, order = _PARENT, _HOST_ORDER
     for e in trace.edges:
-        incoming[e.dst].append(e)
-    window_start = min(op.start_ps for op in timed)
+        if e.kind != parent:
+            end = ends.get(e.src)
+            if end is not None:
+                known = released.get(e.dst)
+                if known is None or end > known[0]:
+                    released[e.dst] = (end, e.src)
     groups: dict[str, list[tuple[Op, str, bool]]] = defaultdict(list)
     for op in timed:
         place = _placement(op, per_resource, dur)
         if place is not None:
             key, lane, occupies = place
             groups[key].append((op, lane, occupies))
-    next_uid = max(op.uid for op in trace.ops) + 1
     added = gap_ps = 0
+    new_ops, new_edges = trace.ops, trace.edges
     for members in groups.values():
-        members.sort(key=lambda m: (m[0].start_ps, m[0].uid))
-        reach, before = window_start, None  # the lane's (resource's) latest end, and whose
+        members.sort(key=_START_UID)
+        reach, before = window_start, -1  # the lane's (resource's) latest end, and whose
         for op, lane, occupies in members:
-            ready, waited_for = reach, set()
-            for e in incoming.get(op.uid, ()):
-                waited_for.add(e.src)
-                end = ends.get(e.src) if e.kind != _PARENT else None
-                if end is not None and end > ready:
-                    ready = end
+            ready, released_by = reach, before
+            latest = released.get(op.uid)
+            if latest is not None and latest[0] > ready:
+                ready, released_by = latest
             slack = op.start_ps - ready
-            if slack >= MIN_GAP_PS:
-                gap = Op(uid=next_uid, name=GAP_NAME, kind=OpKind.COMPUTE,
-                         on_device=op.on_device and occupies, lane=lane, start_ps=ready,
-                         dur_ps=slack, attrs={"gap_ns": slack // 1000})
+            on_device = op.on_device and occupies
+            if slack >= (MIN_DEVICE_GAP_PS if on_device else MIN_GAP_PS):
+                gap = Op(next_uid, GAP_NAME, _COMPUTE, on_device, lane, ready, slack)
+                gap.attrs["gap_ns"] = slack // 1000
                 next_uid += 1
-                trace.ops.append(gap)
-                for e in incoming.get(op.uid, ()):
-                    trace.edges.append(Edge(e.src, gap.uid, _PARENT if e.kind == _PARENT
-                                            else _HOST_ORDER))
-                if before is not None and before.uid not in waited_for:
-                    trace.edges.append(Edge(before.uid, gap.uid, _HOST_ORDER))
-                trace.edges.append(Edge(gap.uid, op.uid, _HOST_ORDER))
+                new_ops.append(gap)
+                if released_by >= 0:
+                    new_edges.append(Edge(released_by, gap.uid, order))
+                if before >= 0 and before != released_by:
+                    new_edges.append(Edge(before, gap.uid, order))
+                new_edges.append(Edge(gap.uid, op.uid, order))
                 added += 1
                 gap_ps += slack
             if occupies:
-                end = op.start_ps + dur(op)
+                end = ends[op.uid]
                 if end >= reach:
-                    reach, before = end, op
+                    reach, before = end, op.uid
     trace.stats["gaps"] = added
     trace.stats["gap_ps"] = gap_ps
     return added
+
+
+def _START_UID(member: tuple) -> tuple[int, int]:  # noqa: N802 (a sort key)
+    return member[0].start_ps, member[0].uid
 
 
 def _measured(op: Op) -> int:

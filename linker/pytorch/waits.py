@@ -21,8 +21,9 @@ So each such op is cut into consecutive parts on its thread, at
   that ends where it started, instead of on its parent's start (PARENT).
 
 The first part keeps the op's uid, incoming edges and ET id; edges leaving the op that are not
-tied to a cut leave from its last part. Parts carry ``segment`` (their index) and the first
-also ``segments`` (how many). Ops without such points are left whole, so the number of nodes
+tied to a cut leave from its last part. The first part says how many there are
+(``segments``), the others which they are (``segment``: 1, 2, ...). Launches less than
+``MERGE_LAUNCHES_PS`` after a cut share it. Ops without such points are left whole, so the number of nodes
 grows only where the clock demanded it.
 """
 
@@ -40,14 +41,17 @@ if TYPE_CHECKING:
 # Idle time on a thread from which a wait for another thread is inferred: well above the
 # time between two ops of a busy thread, well below a backward pass.
 THREAD_WAIT_MIN_PS = 100_000_000  # 100 us
+# Launches this close after a cut share it: their device ops depend on the part before the
+# earlier cut, at most this much before their own launch (the device side's resolution,
+# like linker/gaps.MIN_DEVICE_GAP_PS), and an op launching a few kernels in a row is cut
+# once, not once per kernel.
+MERGE_LAUNCHES_PS = 5_000_000  # 5 us
 _LAUNCH, _PARENT, _SYNC, _HOST_ORDER = (EdgeKind.LAUNCH, EdgeKind.PARENT, EdgeKind.SYNC,
                                         EdgeKind.HOST_ORDER)
 
 
-class _Cut:
+class _Cut:  # a C class when compiled (linker/pytorch/waits.pxd)
     """Where a host op is cut: the part before ends at ``a``, the part after starts at ``b``."""
-
-    __slots__ = ("a", "b", "leaving", "awaited")
 
     def __init__(self, a: int, b: int) -> None:
         self.a, self.b = a, b
@@ -91,6 +95,7 @@ def add_thread_waits(ops: list[Op], edges: list[Edge]) -> int:
     trace records no such wait; the clock does (as in Lumos). Returns how many edges."""
     lanes: dict[str, list[Op]] = defaultdict(list)
     done: list[tuple[int, int, str]] = []  # (end, uid, lane) of every timed host-side op
+    has_comm = 0
     for op in ops:
         if op.start_ps is None or op.dur_ps is None:
             continue
@@ -100,13 +105,14 @@ def add_thread_waits(ops: list[Op], edges: list[Edge]) -> int:
             done.append((op.start_ps + op.dur_ps, op.uid, lane))
         elif lane.startswith("comm:"):
             done.append((op.start_ps + op.dur_ps, op.uid, lane))
-    if len(lanes) + any(lane.startswith("comm:") for _, _, lane in done) < 2:
+            has_comm = 1
+    if len(lanes) + has_comm < 2:
         return 0
     done.sort()
-    ends = [e for e, _, _ in done]
+    ends = [entry[0] for entry in done]
     added = 0
     for lane, members in lanes.items():
-        members.sort(key=lambda o: o.start_ps)
+        members.sort(key=_START)
         for a, b in zip(members, members[1:]):
             idle_from = a.start_ps + a.dur_ps
             if b.start_ps - idle_from < THREAD_WAIT_MIN_PS:
@@ -157,8 +163,8 @@ def _resolve_waits(linker: _Linker, cuts: dict[int, list[_Cut]]) -> None:
     ops, edges = linker.ops, linker.edges
     index: dict[tuple, tuple[list[int], list[int]]] = {}
     for key, entries in linker.thread_ops.items():
-        host = sorted((start, uid) for start, uid in entries if not ops[uid].on_device)
-        index[key] = ([s for s, _ in host], [u for _, u in host])
+        host = sorted([entry for entry in entries if not ops[entry[1]].on_device])
+        index[key] = ([entry[0] for entry in host], [entry[1] for entry in host])
     for key, c0, c1, awaited in waits:
         found = index.get(key)
         if found is None or not awaited:
@@ -178,18 +184,27 @@ def _resolve_waits(linker: _Linker, cuts: dict[int, list[_Cut]]) -> None:
                 edges.append(Edge(src, uids[j], _SYNC))
 
 
+def _START(op: Op) -> int:  # noqa: N802 (a sort key)
+    return op.start_ps
+
+
+def _AT(cut: _Cut) -> tuple[int, int]:  # noqa: N802 (a sort key)
+    return cut.a, cut.b
+
+
 def _apply(ops: list[Op], edges: list[Edge], uid: int, found: list[_Cut],
            leaving: list[Edge]) -> int:
     """Cut ``ops[uid]`` at ``found``; returns how many parts were added."""
     host = ops[uid]
     start, end = host.start_ps, host.start_ps + host.dur_ps
     merged: list[_Cut] = []
-    for cut in sorted(found, key=lambda c: (c.a, c.b)):
+    for cut in (found if len(found) == 1 else sorted(found, key=_AT)):
         cut.a, cut.b = min(max(cut.a, start), end), min(max(cut.b, start), end)
         if cut.b < cut.a:
             cut.b = cut.a
         last = merged[-1] if merged else None
-        if last is not None and (cut.a < last.b or (cut.a == last.a and cut.b == last.b)):
+        if last is not None and (cut.a < last.b or (cut.a == last.a and cut.b == last.b) or (
+                not cut.awaited and cut.a - last.b < MERGE_LAUNCHES_PS)):
             last.b = max(last.b, cut.b)
             last.leaving.extend(cut.leaving)
             last.awaited.extend(cut.awaited)
@@ -219,6 +234,5 @@ def _apply(ops: list[Op], edges: list[Edge], uid: int, found: list[_Cut],
     for e in leaving:  # what the op's end released now leaves from its last part
         if id(e) not in tied:
             e.src = last
-    host.attrs["segment"] = 0
     host.attrs["segments"] = len(parts)
     return len(parts) - 1

@@ -1,0 +1,16 @@
+# Declarations for the compiled build only (setup.py; the .py runs unchanged without them):
+# the per-op loop's ops and edges as the C classes they are (linker/model.pxd), so that their
+# fields are read as C struct members, and its containers as the builtin types they are.
+cimport cython
+from chakra_hooks.linker.model cimport Edge, Op
+
+
+@cython.locals(op=Op, gap=Op, e=Edge, timed=list, ends=dict, released=dict, members=list,
+               new_ops=list, new_edges=list, added=Py_ssize_t)
+cpdef object add_gaps(object trace, object per_resource=*, object replay_dur=*)
+
+
+cpdef object _measured(Op op)
+
+
+cpdef tuple _placement(Op op, object per_resource, object dur)

@@ -1,0 +1,34 @@
+# Declarations for the compiled build only (setup.py; the .py runs unchanged without them):
+# the ops, edges and cuts of the per-edge and per-op loops as the C classes they are
+# (linker/model.pxd), so that their fields are read and written as C struct members.
+cimport cython
+from chakra_hooks.linker.model cimport Edge, Op
+
+
+cdef class _Cut:
+    cdef public object a, b, leaving, awaited
+
+
+@cython.locals(e=Edge, host=Op, child=Op, cut=_Cut, ops=list, edges=list, runtime_of=dict)
+cpdef object split_host_ops(object linker)
+
+
+@cython.locals(op=Op, a=Op, b=Op, done=list, ends=list, members=list,
+               i=Py_ssize_t, added=Py_ssize_t)
+cpdef object add_thread_waits(list ops, list edges)
+
+
+cpdef bint _timed(Op op)
+
+
+@cython.locals(cut=_Cut)
+cpdef object _launch_cut(Op host, Op device, object runtime, Edge edge, object cuts)
+
+
+@cython.locals(host=Op, cut=_Cut, ops=list, edges=list, starts=list, uids=list)
+cpdef object _resolve_waits(object linker, object cuts)
+
+
+@cython.locals(host=Op, part=Op, before=Op, cut=_Cut, last=_Cut, e=Edge, merged=list,
+               parts=list, tied=set, i=Py_ssize_t)
+cpdef object _apply(list ops, list edges, object uid, list found, list leaving)
