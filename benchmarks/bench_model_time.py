@@ -176,15 +176,16 @@ def astra_rows(name: str, corpus: Path, inputs: list[str], tmp: Path, astra: str
                   warn=lambda _: None)
     spans = [rank_stats(str(et), etio.read_et(et).nodes).span_us for et in out.glob("*.et")]
     span = max(spans)
-    network = out / "astra_network.yml"
+    network, system = out / "astra_network.yml", str(out / "astra_system.json")
     cells = []
     for label, env in (("fitted", {"NETWORK_CONFIG": str(network)}),
                        ("bw x4", {"NETWORK_CONFIG": str(_scaled(network, 4.0, tmp))}),
                        ("bw /4", {"NETWORK_CONFIG": str(_scaled(network, 0.25, tmp))}),
                        ("defaults", {}),
                        ("1e6 GB/s", {"BANDWIDTH": "1000000", "LATENCY": "1"})):
-        finish = run_astra(out, astra, env if network.exists() or "NETWORK_CONFIG" not in env
-                           else {})
+        if "NETWORK_CONFIG" in env:
+            env["SYSTEM_CONFIG"] = system
+        finish = run_astra(out, astra, env)
         cells.append(f"{label} {finish / 1e3:,.3f} ms ({finish / span:.2f})" if finish else
                      f"{label} FAILED")
     print(f"  astra-sim {name} (span {span / 1e3:,.3f} ms): " + "; ".join(cells), flush=True)

@@ -31,6 +31,10 @@ if TYPE_CHECKING:
 OUTPUT_SUFFIXES = (".et", ".et.gz")
 LINKED = 0.65  # share of a job's conversion done when its traces are linked (progress bar)
 COMM_GROUP_FILE = "comm_group.json"
+# Written beside the ETs of --target astra-sim: the network fitted to the measured collectives
+# and the system layer it assumes (converter/astra_network.py).
+ASTRA_FILES = ("astra_network.yml", "astra_system.json")
+FIXED_NAMES = (COMM_GROUP_FILE, *ASTRA_FILES)
 
 
 @dataclass
@@ -117,7 +121,7 @@ def _convert_local_job(job: RankJob, staging: str, prefix: str, target: str, wri
 def _convert_trace(trace: LinkedTrace, job: RankJob, staging: str, prefix: str, target: str, write_json: bool,
                    keep_mem: bool, gaps: bool = True) -> RankResult:
     from chakra_hooks.converter import etio, graph
-    from chakra_hooks.linker.gaps import add_gaps
+    from chakra_hooks.linker.gaps import add_gaps, add_window_anchor
 
     # The slack between ops, so that the ET replays to the measured span. ASTRA-sim's
     # analytical backend runs one host op and one device op at a time, so its slack is counted
@@ -126,6 +130,7 @@ def _convert_trace(trace: LinkedTrace, job: RankJob, staging: str, prefix: str, 
         if target == "astra-sim":
             add_gaps(trace, per_resource=True,
                      replay_dur=graph.astra_sim_replay_dur(trace.ops, keep_mem))
+            add_window_anchor(trace)
         else:
             add_gaps(trace)
     chakra = graph.build_graph(trace, target=target, keep_mem=keep_mem, consume=True)
@@ -285,7 +290,7 @@ def our_outputs(out: Path) -> list[Path]:
 def _ours(names: list[str]) -> list[str]:
     """Of a folder's file names, those a conversion writes."""
     present = set(names)
-    return [name for name in names if name.endswith(OUTPUT_SUFFIXES) or name == COMM_GROUP_FILE
+    return [name for name in names if name.endswith(OUTPUT_SUFFIXES) or name in FIXED_NAMES
             or (name.endswith(".json") and name[:-5] + ".et" in present)]  # an ET's JSON twin
 
 
@@ -301,6 +306,8 @@ def _harmonize_run(staging: str, results: list[RankResult], groups: dict[int, li
 
     nodes = {r.rank: list(etio.decode_bodies([body for _, body in r.collectives])) for r in results}
     new_groups = run.harmonize(nodes, groups, note)
+    run.align_windows(nodes, note)
+    _write_astra_network(staging, nodes, new_groups, len(results))
     tasks = []
     for result in results:
         bodies = [(index, node.SerializeToString())
@@ -311,6 +318,34 @@ def _harmonize_run(staging: str, results: list[RankResult], groups: dict[int, li
     for result, summary in zip(results, runner.map(rewrite_collectives, tasks)):
         result.summary = summary
     return new_groups
+
+
+def _write_astra_network(staging: str, nodes: dict[int, list], groups: dict[int, list[int]],
+                         ranks: int) -> None:
+    """ASTRA-sim's network fitted to the run's measured collectives, and the system layer the
+    fit assumes (converter/astra_network.py), beside the ETs."""
+    from chakra_hooks.converter import astra_network
+    from chakra_hooks.converter.attrs import attr_dict, value_of
+    from chakra_hooks.converter.schema import COMM_COLL
+    from chakra_hooks.converter.stats import node_times
+
+    npus = max(ranks, 2)  # the analytical backend needs two NPUs (astra-run replicates one)
+    samples = []
+    for rank_nodes in nodes.values():
+        for node in rank_nodes:
+            if node.type != COMM_COLL:
+                continue
+            attrs = attr_dict(node)
+            group = str(value_of(attrs["pg_name"])) if "pg_name" in attrs else ""
+            members = groups.get(int(group), ()) if group.isdigit() and group != "0" else ()
+            samples.append(astra_network.Sample(
+                int(value_of(attrs["comm_type"])), int(value_of(attrs["comm_size"])),
+                len(members) or npus, node_times(node, attrs)[1] * 1000))
+    network = astra_network.fit(samples)
+    with storage.local_staging(staging) as where:
+        Path(where, astra_network.NETWORK_FILE).write_text(network.yaml(npus))
+        Path(where, astra_network.SYSTEM_FILE).write_bytes(
+            orjson.dumps(astra_network.SYSTEM, option=orjson.OPT_INDENT_2))
 
 
 def rewrite_collectives(path: str, json_path: str | None, bodies: list[tuple[int, bytes]],

@@ -63,8 +63,9 @@ class ChakraGraph:
     tally: Tally  # what inspect.summarize would count in the nodes, counted as they were made
     stats: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
-    # Where the COMM_COLL nodes are in ``bodies``, and the tally of every other node: what
-    # rules across a run's ranks (converter/run.py), which rewrite collectives only, leave as is.
+    # Where the COMM_COLL nodes (and the window anchor, linker/gaps.add_window_anchor) are in
+    # ``bodies``, and the tally of every other node: what rules across a run's ranks
+    # (converter/run.py, chakra_hooks/convert.py), which rewrite only those, leave as is.
     collectives: list[int] = field(default_factory=list)
     others_tally: Tally = field(default_factory=Tally)
     _nodes: Sequence[Node] | None = field(default=None, repr=False)
@@ -101,7 +102,7 @@ def build_graph(trace: LinkedTrace, target: str = "full", keep_mem: bool = False
     encoder, others, collective_tally = NodeEncoder(), Tally(), Tally()
     collectives = []
     for index, op in enumerate(ops):
-        if op.kind == _COLLECTIVE:
+        if op.kind == _COLLECTIVE or "window_anchor" in op.attrs:
             collectives.append(index)
             tally = collective_tally
         else:

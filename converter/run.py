@@ -286,3 +286,47 @@ def _equalize(column: Sequence[Collective], warn: Callable[[str], None]) -> None
                     attr.int64_val = largest
             coll.node.attr.append(make_attr("comm_size_local", coll.size))
             coll.size = largest
+
+
+def align_windows(run: dict[int, list[Node]], warn: Callable[[str], None]) -> None:
+    """Start every rank at the run's first recorded moment: each rank's window anchor
+    (linker/gaps.add_window_anchor, a zero-length gap every rank's first ops wait for) gets
+    the time from the earliest rank's window start to its own. A simulator starts all ranks
+    together; without this, a rank that began recording late (and the collectives its peers
+    waited for meanwhile) would run early. The ranks' clocks are taken to agree (one host,
+    or synchronised hosts, as Kineto's epoch clocks are)."""
+    anchors = {}
+    for rank, nodes in run.items():
+        for node in nodes:
+            attrs = attr_dict(node)
+            if "window_anchor" in attrs:
+                unit = "ns" if "start_ns" in attrs else "ps"
+                anchors[rank] = (node, unit, int(value_of(attrs[f"start_{unit}"])))
+    if len(anchors) < 2:
+        return
+    scale = {"ns": 1000, "ps": 1}
+    starts = {rank: start * scale[unit] for rank, (_, unit, start) in anchors.items()}
+    first = min(starts.values())
+    spread = max(starts.values()) - first
+    if spread > 10**12:  # a second: not the skew of one run's ranks
+        warn(f"the ranks' windows start up to {spread / 1e12:.1f} s apart: their clocks seem "
+             "to differ; each rank starts at its own window's start")
+        return
+    for rank, (node, unit, _) in anchors.items():
+        offset = starts[rank] - first
+        node.start_time_micros = _round_us(first)
+        node.duration_micros = _round_us(starts[rank]) - _round_us(first)
+        _set_int(node, f"start_{unit}", first // scale[unit])
+        _set_int(node, f"duration_{unit}", offset // scale[unit])
+        _set_int(node, "gap_ns", offset // 1000)
+
+
+def _round_us(ps: int) -> int:
+    return (ps + 500_000) // 1_000_000
+
+
+def _set_int(node: Node, name: str, value: int) -> None:
+    for attr in node.attr:
+        if attr.name == name:
+            attr.CopyFrom(make_attr(name, value))
+            return

@@ -13,4 +13,8 @@ cpdef object add_gaps(object trace, object per_resource=*, object replay_dur=*)
 cpdef object _measured(Op op)
 
 
-cpdef tuple _placement(Op op, object per_resource, object dur)
+cpdef tuple _placement(Op op, object per_resource, object dur, set compute_lanes)
+
+
+@cython.locals(op=Op, anchor=Op, e=Edge, timed=list, has_deps=set)
+cpdef object add_window_anchor(object trace)

@@ -22,7 +22,8 @@ Lanes (:func:`add_gaps` default) suit consumers that run every thread and stream
 ASTRA-sim's analytical backend runs one host op and one device compute op at a time per NPU
 (``per_resource=True``): there, host lanes together and device compute lanes together are
 one resource each, the op before is the resource's latest-ending op, and collectives (their
-own resource, timed by the network model) get none. A collective that ran on a host thread
+own resource, timed by the network model) get a gap only where their lane also computes (a
+TPU's XLA Ops line), not on a stream of their own. A collective that ran on a host thread
 (gloo) gets its gap on the thread that called it: the time before the call is the thread's.
 
 Gaps shorter than ``MIN_GAP_PS`` are left out (Chakra durations are whole microseconds). A
@@ -87,9 +88,14 @@ def add_gaps(trace: LinkedTrace, per_resource: bool = False,
                 known = released.get(e.dst)
                 if known is None or end > known[0]:
                     released[e.dst] = (end, e.src)
+    compute_lanes = set()
+    if per_resource:
+        for op in timed:
+            if op.on_device and op.kind == _COMPUTE and dur(op):
+                compute_lanes.add(op.lane)
     groups: dict[str, list[tuple[Op, str, bool]]] = defaultdict(list)
     for op in timed:
-        place = _placement(op, per_resource, dur)
+        place = _placement(op, per_resource, dur, compute_lanes)
         if place is not None:
             key, lane, occupies = place
             groups[key].append((op, lane, occupies))
@@ -134,7 +140,7 @@ def _measured(op: Op) -> int:
     return op.dur_ps
 
 
-def _placement(op: Op, per_resource: bool, dur: Callable[[Op], int]
+def _placement(op: Op, per_resource: bool, dur: Callable[[Op], int], compute_lanes: set
                ) -> tuple[str, str, bool] | None:
     """(group, gap lane, whether the op occupies its group) for ``op``, or None: no gap."""
     if op.lane.startswith("comm:"):
@@ -145,6 +151,39 @@ def _placement(op: Op, per_resource: bool, dur: Callable[[Op], int]
         return ("host" if per_resource else caller), caller, False
     if not per_resource:
         return op.lane, op.lane, True
-    if op.on_device and (op.kind in _COMM_KINDS or (op.dur_ps and not dur(op))):
-        return None  # the network's resource, or replayed in no time at all
+    if op.on_device and op.kind in _COMM_KINDS:
+        # The network's resource. Its slack is a gap where its lane also computes (a TPU's
+        # one XLA Ops line: nothing else ran there meanwhile); on a stream of its own (NCCL)
+        # a gap would hold the compute resource against kernels that overlapped it.
+        return ("device", op.lane, False) if op.lane in compute_lanes else None
+    if op.on_device and op.dur_ps and not dur(op):
+        return None  # replayed in no time at all: occupies nothing
     return ("device" if op.on_device else "host"), op.lane, True
+
+
+WINDOW_ANCHOR = "window_anchor"
+
+
+def add_window_anchor(trace: LinkedTrace) -> int | None:
+    """A zero-length gap at the rank's window start that every op without a dependency waits
+    for; returns its uid (None for a trace without times). The ranks of one run began
+    recording at different moments (the corpus DLRM ranks up to 7.5 ms apart), which a
+    simulator that starts every rank at zero would erase: the cross-rank step of ``--target
+    astra-sim`` (chakra_hooks/convert.py) gives each rank's anchor the time from the run's
+    first start to its own, as unexplained slack."""
+    timed = [op for op in trace.ops if op.start_ps is not None and op.dur_ps is not None]
+    if not timed:
+        return None
+    has_deps = set()
+    for e in trace.edges:
+        has_deps.add(e.dst)
+    start = min([op.start_ps for op in timed])
+    anchor = Op(max([op.uid for op in trace.ops]) + 1, GAP_NAME, _COMPUTE, False, "window",
+                start, 0)
+    anchor.attrs["gap_ns"] = 0
+    anchor.attrs[WINDOW_ANCHOR] = True
+    for op in timed:
+        if op.uid not in has_deps:
+            trace.edges.append(Edge(anchor.uid, op.uid, _HOST_ORDER))
+    trace.ops.append(anchor)
+    return anchor.uid

@@ -1,0 +1,153 @@
+"""An ASTRA-sim network fitted to the collectives a run measured (``convert --target astra-sim``).
+
+ASTRA-sim's analytical backend (congestion unaware) times each collective from the links'
+bandwidth and latency, not from the trace. So that a simulation of the run takes as long as
+the run did, ``convert`` writes ``astra_network.yml`` (a ring of the run's NPUs, bandwidth and
+latency fitted here) and ``astra_system.json`` (the system layer the fit assumes: ring
+algorithms, 4 dataset splits, one active chunk, local memory 1,600 GB/s); changing the one
+bandwidth or latency number is then a what-if.
+
+The collective times this fit assumes were measured with ASTRA-sim's binary (one collective
+of S bytes over a ring of N NPUs, at two bandwidths, two latencies and two sizes; exact to the
+nanosecond for N = 2, 4, 8, docs/model-time.md):
+
+    T = L(N) * latency + S * B(N) / bandwidth + S * R(N)   (ns; bandwidth in GB/s as ASTRA-sim
+                                                            reads it: 2^30 bytes per second)
+
+- ALL_REDUCE: L = 8 (N-1), B = 2 (N-1) / N, R = 3 (N-1) / (N * 1600) (the reduction);
+- REDUCE_SCATTER: L = 4 (N-1), B = (N-1) / N, R = 3 (N-1) / (N * 1600);
+- ALL_GATHER: L = 4 (N-1), B = N - 1 (comm_size is each rank's part);
+- ALL_TO_ALL: L = 2 N (N-1), B = (N-1) / 2.
+
+The fit: least squares over every measured collective of every rank for the split between
+latency and bandwidth, then both scaled so that the modelled collectives add up to the
+measured total exactly. Where larger collectives were not slower (no split with a positive
+bandwidth), the latency is 500 ns and the bandwidth takes the rest, so that a bandwidth
+what-if still moves the collectives. A collective's measured time includes waiting for its slowest peer;
+ASTRA-sim models that wait itself, so on runs whose ranks are skewed the fitted network is
+slower than the real one (a simulated run still ends where the measured one did).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from chakra_hooks.linker.model import CommType
+
+GIB_PER_GB = 2**30 / 1e9  # ASTRA-sim turns GB/s into bytes per ns with 2^30
+LOCAL_MEM_GBPS = 1600.0
+SYSTEM = {
+    "scheduling-policy": "LIFO",
+    "endpoint-delay": 10,
+    "active-chunks-per-dimension": 1,
+    "preferred-dataset-splits": 4,
+    "all-reduce-implementation": ["ring"],
+    "all-gather-implementation": ["ring"],
+    "reduce-scatter-implementation": ["ring"],
+    "all-to-all-implementation": ["ring"],
+    "collective-optimization": "localBWAware",
+    "local-mem-bw": LOCAL_MEM_GBPS,
+    "boost-mode": 0,
+    "roofline-enabled": 0,
+    "peak-perf": 900,
+}
+NETWORK_FILE, SYSTEM_FILE = "astra_network.yml", "astra_system.json"
+FAST_GBPS = 1e6  # a network that is never the bottleneck, where nothing is left to fit
+DEFAULT_GBPS, DEFAULT_NS = 50.0, 500.0  # astra-run's defaults, where nothing was measured
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measured collective: its type, bytes, group size and measured time (ns)."""
+
+    comm_type: int
+    size: int
+    npus: int
+    measured_ns: float
+
+
+@dataclass(frozen=True)
+class Network:
+    bandwidth_gbps: float
+    latency_ns: float
+    collectives: int  # how many were fitted
+    measured_ns: float  # their measured total
+    modelled_ns: float  # what the fitted network gives them
+
+    def yaml(self, npus: int) -> str:
+        return (f"# fitted by chakra-hooks to {self.collectives} measured collectives "
+                f"({self.measured_ns / 1e6:,.3f} ms in all); see {SYSTEM_FILE}\n"
+                f"topology: [ Ring ]\nnpus_count: [ {npus} ]\n"
+                f"bandwidth: [ {self.bandwidth_gbps:.6g} ]  # GB/s\n"
+                f"latency: [ {self.latency_ns:.6g} ]  # ns\n")
+
+
+def coefficients(comm_type: int, n: int) -> tuple[float, float, float] | None:
+    """(L, B, R) of the model above, or None for a type ASTRA-sim does not simulate."""
+    if n < 2:
+        return None
+    share = (n - 1) / n
+    reduce = 3 * share / LOCAL_MEM_GBPS
+    if comm_type == CommType.ALL_REDUCE:
+        return 8 * (n - 1), 2 * share, reduce
+    if comm_type == CommType.REDUCE_SCATTER:
+        return 4 * (n - 1), share, reduce
+    if comm_type == CommType.ALL_GATHER:
+        return 4 * (n - 1), n - 1, 0.0
+    if comm_type == CommType.ALL_TO_ALL:
+        return 2 * n * (n - 1), (n - 1) / 2, 0.0
+    return None
+
+
+def modelled_ns(sample: Sample, bandwidth_gbps: float, latency_ns: float) -> float:
+    coeff = coefficients(sample.comm_type, sample.npus)
+    if coeff is None:
+        return 0.0
+    lat, per_byte, reduce = coeff
+    return (lat * latency_ns + sample.size * per_byte / (bandwidth_gbps * GIB_PER_GB)
+            + sample.size * reduce)
+
+
+def fit(samples: Iterable[Sample]) -> Network:
+    """Latency and bandwidth that make the modelled collectives add up to the measured ones."""
+    rows = []  # (latency coefficient, inverse-bandwidth coefficient, time left to explain)
+    for s in samples:
+        coeff = coefficients(s.comm_type, s.npus)
+        if coeff is None or s.size <= 0:
+            continue
+        lat, per_byte, reduce = coeff
+        rows.append((lat, s.size * per_byte / GIB_PER_GB, s.measured_ns - s.size * reduce))
+    if not rows:
+        return Network(DEFAULT_GBPS, DEFAULT_NS, 0, 0.0, 0.0)
+    measured = sum(t for _, _, t in rows)
+    lat_total = sum(a for a, _, _ in rows)
+    byte_total = sum(b for _, b, _ in rows)
+    if measured <= 0 or byte_total <= 0:  # nothing left for the network to explain
+        return Network(FAST_GBPS, 0.0, len(rows), measured, 0.0)
+    x_lat, x_inv = _least_squares(rows)
+    if x_inv <= 0:
+        # Larger collectives were not slower (waits for peers dominate): bandwidth alone takes
+        # what a 500 ns link latency leaves, so that a bandwidth what-if still moves them.
+        x_lat = min(DEFAULT_NS, 0.5 * measured / lat_total)
+        x_inv = (measured - x_lat * lat_total) / byte_total
+    else:
+        scale = measured / (x_lat * lat_total + x_inv * byte_total)  # totals agree exactly
+        x_lat, x_inv = x_lat * scale, x_inv * scale
+    return Network(1 / x_inv, x_lat, len(rows), measured, measured)
+
+
+def _least_squares(rows: list[tuple[float, float, float]]) -> tuple[float, float]:
+    """Least squares in two unknowns (latency ns, inverse bandwidth); (0, 0) where no
+    solution has both non-negative."""
+    saa = sum(a * a for a, _, _ in rows)
+    sbb = sum(b * b for _, b, _ in rows)
+    sab = sum(a * b for a, b, _ in rows)
+    sat = sum(a * t for a, _, t in rows)
+    sbt = sum(b * t for _, b, t in rows)
+    det = saa * sbb - sab * sab
+    if det > 1e-9 * saa * sbb:
+        x_lat, x_inv = (sat * sbb - sbt * sab) / det, (sbt * saa - sat * sab) / det
+        if x_lat >= 0 and x_inv > 0:
+            return x_lat, x_inv
+    return 0.0, 0.0
