@@ -163,8 +163,8 @@ def _resolve_waits(linker: _Linker, cuts: dict[int, list[_Cut]]) -> None:
     ops, edges = linker.ops, linker.edges
     index: dict[tuple, tuple[list[int], list[int]]] = {}
     for key, entries in linker.thread_ops.items():
-        host = sorted([entry for entry in entries if not ops[entry[1]].on_device])
-        index[key] = ([entry[0] for entry in host], [entry[1] for entry in host])
+        on_host = sorted([entry for entry in entries if not ops[entry[1]].on_device])
+        index[key] = ([entry[0] for entry in on_host], [entry[1] for entry in on_host])
     for key, c0, c1, awaited in waits:
         found = index.get(key)
         if found is None or not awaited:
@@ -230,9 +230,9 @@ def _apply(ops: list[Op], edges: list[Edge], uid: int, found: list[_Cut],
         edges.append(Edge(before.uid, part.uid, _HOST_ORDER))
         for w in dict.fromkeys(cut.awaited):
             edges.append(Edge(w, part.uid, _SYNC))
-    last = parts[-1].uid
+    tail = parts[-1].uid
     for e in leaving:  # what the op's end released now leaves from its last part
         if id(e) not in tied:
-            e.src = last
+            e.src = tail
     host.attrs["segments"] = len(parts)
     return len(parts) - 1
