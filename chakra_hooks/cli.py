@@ -130,8 +130,13 @@ def _table(result) -> str:
     lines.extend(COLUMNS)
     out = result.outdir
     prefix = result.ranks[0].files[0].split(".")[0] if result.ranks else "chakra"
-    lines.append(f"next: chakra-hooks inspect {out} | chakra-hooks stats {out} | for ASTRA-sim: "
-                 f"convert ... --target astra-sim, then --workload-configuration {out}/{prefix}"
+    network = Path(str(out), "astra_network.yml")
+    astra = (f"--workload-configuration {out}/{prefix} --network-configuration {network} "
+             f"--system-configuration {network.with_name('astra_system.json')}"
+             if network.exists() else
+             f"convert ... --target astra-sim, then --workload-configuration {out}/{prefix}")
+    lines.append(f"next: chakra-hooks inspect {out} | chakra-hooks stats {out} | chakra-hooks "
+                 f"whatif {out} --comm 0.25x | for ASTRA-sim: {astra}"
                  + (f" --comm-group-configuration {result.comm_group}" if result.comm_group else ""))
     return "\n".join(lines)
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .attrs import attr_dict, make_attr, value_of
+from .graph import round_us
 from .schema import COMM_COLL, COMP, CollectiveCommType, Node
 ALL_RANKS = ""  # pg_name for the whole run
 
@@ -314,15 +315,11 @@ def align_windows(run: dict[int, list[Node]], warn: Callable[[str], None]) -> No
         return
     for rank, (node, unit, _) in anchors.items():
         offset = starts[rank] - first
-        node.start_time_micros = _round_us(first)
-        node.duration_micros = _round_us(starts[rank]) - _round_us(first)
+        node.start_time_micros = round_us(first)
+        node.duration_micros = round_us(starts[rank]) - round_us(first)
         _set_int(node, f"start_{unit}", first // scale[unit])
         _set_int(node, f"duration_{unit}", offset // scale[unit])
         _set_int(node, "gap_ns", offset // 1000)
-
-
-def _round_us(ps: int) -> int:
-    return (ps + 500_000) // 1_000_000
 
 
 def _set_int(node: Node, name: str, value: int) -> None:
