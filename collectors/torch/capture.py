@@ -137,6 +137,37 @@ def _looks_complete_json(path: Path) -> bool:
         return False
 
 
+# torch.distributed.nn.functional's collective wrappers take ``group=group.WORLD`` as a default,
+# evaluated when the module is imported. The profiler's prepare_trace imports it (through
+# ``hasattr(torch, "_inductor")``); after init_process_group, those ten defaults hold the live
+# default group for good, so destroy_process_group cannot free it, gloo's threads outlive it and
+# a process exiting while one of them takes the GIL aborts ("terminate called without an
+# active exception"). Plain torch.profiler does the same to every profiled gloo job.
+_FUNCTIONAL = "torch.distributed.nn.functional"
+
+
+def unpin_default_group() -> int:
+    """Give torch.distributed.nn.functional's wrappers ``group=None`` (the default group, as
+    every c10d call reads it) in place of the live default group their defaults captured when
+    the profiler imported the module. Same meaning; the group can be freed. Returns how many
+    functions were changed."""
+    module = sys.modules.get(_FUNCTIONAL)
+    if module is None:
+        return 0
+    import torch.distributed as dist
+
+    world = dist.group.WORLD if dist.is_available() and dist.is_initialized() else None
+    if world is None:
+        return 0
+    changed = 0
+    for fn in list(vars(module).values()):
+        defaults = getattr(fn, "__defaults__", None)
+        if defaults and any(d is world for d in defaults):
+            fn.__defaults__ = tuple(None if d is world else d for d in defaults)
+            changed += 1
+    return changed
+
+
 @dataclass
 class _Session:
     """Everything that exists only while a window is being recorded."""
@@ -256,7 +287,10 @@ class Trace(StepWindow):
         s.et = et
         s.prof = profile(activities=activities, execution_trace_observer=et,
                          record_shapes=self.record_shapes)
+        already = _FUNCTIONAL in sys.modules
         s.prof.prepare_trace()  # Kineto warm-up: its start-up cost lands before the window
+        if not already:
+            unpin_default_group()
 
     def _begin(self, s: _Session) -> None:
         if s.prof is None:
