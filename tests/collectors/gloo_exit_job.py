@@ -1,0 +1,81 @@
+"""A 2-rank gloo training job that reports what is left of it at exit (not collected: no
+test_ prefix). Used by tests/collectors/test_clean_exit.py.
+
+    python gloo_exit_job.py OUTDIR traced|plain [amplify]
+
+Each rank: 6 ``Linear(512)`` layers forward and backward, an all-reduce of a 4 MB buffer and
+of every gradient, 6 steps (the torch collector around steps 2-4 when traced), then
+``destroy_process_group()``; it prints its threads' names after that. ``amplify`` sets a 1 s
+thread switch interval, which widens the race a gloo thread that outlives its group loses at
+interpreter exit (std::terminate, SIGABRT).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import socket
+import sys
+
+os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+
+
+def _threads() -> list[str]:
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                names.append(f.read().strip())
+        except OSError:
+            pass
+    return sorted(names)
+
+
+def _rank(rank: int, outdir: str, port: int, traced: bool, amplify: bool) -> None:
+    if amplify:
+        sys.setswitchinterval(1)
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    model = nn.Sequential(*[nn.Linear(512, 512) for _ in range(6)])
+    batch, extra = torch.randn(64, 512), torch.zeros(2**20)
+
+    def step() -> None:
+        model.zero_grad()
+        model(batch).sum().backward()
+        dist.all_reduce(extra)
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+
+    if traced:
+        import chakra_hooks.collectors.torch as chakra
+
+        with chakra.trace(outdir, steps=range(2, 5)) as t:
+            for _ in range(6):
+                step()
+                t.step()
+    else:
+        for _ in range(6):
+            step()
+    dist.destroy_process_group()
+    gc.collect()
+    print(f"rank {rank} threads after destroy: {' '.join(_threads())}", flush=True)
+
+
+def main() -> None:
+    import torch.multiprocessing as mp
+
+    outdir, mode = sys.argv[1], sys.argv[2]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_rank, args=(outdir, port, mode == "traced", sys.argv[3:] == ["amplify"]),
+             nprocs=2)
+
+
+if __name__ == "__main__":
+    main()
