@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -88,8 +89,11 @@ def _wrap_start(original: Any) -> Any:
             _warn_once("start", f"chakra-hooks: not recording a host ET: {exc}")
             capture = None
         self._chakra_capture = capture
+        pinned_before = _FUNCTIONAL in sys.modules
         try:
             original(self)
+            if not pinned_before:  # see collectors/torch/capture.py: unpin_default_group
+                _unpin_default_group()
         except BaseException:
             if capture is not None:  # vLLM logs its own failure; ours must not linger
                 capture.abandon()
@@ -100,6 +104,20 @@ def _wrap_start(original: Any) -> Any:
             self._profiler_kwargs.pop("execution_trace_observer", None)
 
     return _start
+
+
+_FUNCTIONAL = "torch.distributed.nn.functional"
+
+
+def _unpin_default_group() -> None:
+    """torch's profiler, started by vLLM, imports torch.distributed.nn.functional, whose
+    wrappers then hold the live default group: give it back (never fails vLLM's start)."""
+    try:
+        from chakra_hooks.collectors.torch.capture import unpin_default_group
+
+        unpin_default_group()
+    except Exception as exc:  # noqa: BLE001 (a tracing aid must not stop vLLM)
+        _warn_once("unpin", f"chakra-hooks: could not release the default process group: {exc}")
 
 
 def _wrap_stop(original: Any) -> Any:
