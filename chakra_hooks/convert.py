@@ -183,7 +183,8 @@ def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike
     remote_out = storage.RemoteOutput(str(outdir)) if storage.is_url(outdir) else None
     out: Path | str = str(outdir).rstrip("/") if remote_out else Path(outdir)
     # checked first: a refusal should not wait for discovery
-    earlier = _ours(remote_out.names()) if remote_out else [p.name for p in our_outputs(out)]
+    earlier = (_ours(remote_out.names(), prefix) if remote_out
+               else [p.name for p in our_outputs(out, prefix)])
     if earlier and not overwrite:
         shown = ", ".join(earlier[:3]) + (" ..." if len(earlier) > 3 else "")
         raise TraceFormatError(out, "output folder",
@@ -280,18 +281,30 @@ def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike
     return ConvertResult(out, results, comm_group, warnings)
 
 
-def our_outputs(out: Path) -> list[Path]:
-    """The files of an earlier conversion in ``out``: ETs, their JSON twins, comm_group.json."""
+def our_outputs(out: Path, prefix: str | None = None) -> list[Path]:
+    """The files of an earlier conversion in ``out``: ETs (of ``prefix`` when given), their
+    JSON twins, comm_group.json and the ASTRA-sim configurations."""
     if not out.is_dir():
         return []
-    return [out / name for name in _ours(sorted(p.name for p in out.iterdir() if p.is_file()))]
+    names = sorted(p.name for p in out.iterdir() if p.is_file())
+    return [out / name for name in _ours(names, prefix)]
 
 
-def _ours(names: list[str]) -> list[str]:
-    """Of a folder's file names, those a conversion writes."""
+def _ours(names: list[str], prefix: str | None = None) -> list[str]:
+    """Of a folder's file names, those a conversion (with ``prefix``: one writing that prefix)
+    writes: ``--prefix foo --overwrite`` replaces foo's ETs, never another prefix's."""
     present = set(names)
-    return [name for name in names if name.endswith(OUTPUT_SUFFIXES) or name in FIXED_NAMES
-            or (name.endswith(".json") and name[:-5] + ".et" in present)]  # an ET's JSON twin
+
+    def et_of_prefix(name: str) -> bool:
+        if not name.endswith(OUTPUT_SUFFIXES):
+            return False
+        stem = name.removesuffix(".gz").removesuffix(".et")
+        head, _, rank = stem.rpartition(".")
+        return prefix is None or (head == prefix and rank.isdigit())
+
+    return [name for name in names if et_of_prefix(name) or name in FIXED_NAMES
+            or (name.endswith(".json") and name[:-5] + ".et" in present
+                and et_of_prefix(name[:-5] + ".et"))]  # an ET's JSON twin
 
 
 def _harmonize_run(staging: str, results: list[RankResult], groups: dict[int, list[int]],

@@ -29,3 +29,24 @@ def test_truncated_rank_in_a_parallel_run_leaves_nothing(dlrm_two_ranks: Path,
     assert len(errors) == 1 and "worker1_step_12" in errors[0] and "truncated" in errors[0]
     assert "Traceback" not in result.stderr
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_a_time_before_1970_is_refused_in_one_line(corpus: Path, tmp_path: Path) -> None:
+    """A kernel at ts -5 us (or a negative baseTimeNanoseconds) cannot be a Kineto epoch time
+    and cannot be written as a Chakra start time: one line naming the event, not a traceback
+    from the node writer."""
+    import gzip
+    import json
+
+    doc = json.loads(gzip.open(corpus / "pytorch" / "a100_simple_add" / "kineto.json.gz").read())
+    kernel = next(i for i, e in enumerate(doc["traceEvents"]) if e.get("cat") == "kernel")
+    doc["traceEvents"][kernel]["ts"] = -5
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "kineto.json").write_text(json.dumps(doc))
+    out = tmp_path / "out"
+    result = subprocess.run([sys.executable, "-m", "chakra_hooks", "convert", str(tmp_path / "in"),
+                             "-o", str(out)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    [line] = [line for line in result.stderr.splitlines() if line.strip()]
+    assert f"traceEvents[{kernel}]" in line and "ts -5000 ns" in line and len(line) < 400
+    assert not out.exists()

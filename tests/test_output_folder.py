@@ -86,6 +86,10 @@ def test_ctrl_c_exits_130(dlrm_two_ranks, tmp_path):
         import chakra_hooks.convert as conv
         from chakra_hooks.cli import main
 
+        # Python's own SIGINT handler, which a shell's background job (nohup ... &, some CI
+        # runners) starts without: the disposition this test relies on, set by the test.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
         real = conv.discover
         def discover(*args, **kwargs):
             os.kill(os.getpid(), signal.SIGINT)
@@ -100,3 +104,12 @@ def test_ctrl_c_exits_130(dlrm_two_ranks, tmp_path):
                             timeout=120)
     assert result.returncode == 130, result.stderr
     assert "interrupted" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_overwrite_replaces_only_the_prefix_being_written(dlrm_two_ranks, tmp_path):
+    out = tmp_path / "out"
+    convert_paths([dlrm_two_ranks], out, progress=False)
+    kept = sorted(p.name for p in out.glob("chakra.*.et"))
+    convert_paths([dlrm_two_ranks], out, prefix="foo", progress=False, overwrite=True)
+    assert sorted(p.name for p in out.glob("chakra.*.et")) == kept
+    assert sorted(p.name for p in out.glob("foo.*.et")) == [k.replace("chakra", "foo") for k in kept]

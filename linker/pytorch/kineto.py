@@ -342,10 +342,13 @@ def _read_events(trace: KinetoTrace, events: list[KEvent], first: int) -> int:
             raise TraceFormatError(trace.path, f"traceEvents[{index}]",
                                    f"an event with name, pid, tid, numeric ts / dur ({exc})"
                                    ) from exc
-        if dur < 0 or not -_TIME_LIMIT_NS < start < _TIME_LIMIT_NS or dur > _TIME_LIMIT_NS:
-            raise TraceFormatError(trace.path, f"traceEvents[{index}] ({ev.name!r})",
-                                   f"ts within +-2^62 ns and dur >= 0 (ts {ev.start} ns, "
-                                   f"dur {ev.dur} ns)")
+        if dur < 0 or not 0 <= start < _TIME_LIMIT_NS or dur > _TIME_LIMIT_NS:
+            # A time before 1970 on Kineto's epoch clock (with baseTimeNanoseconds added) is
+            # damage too, and a Chakra start time cannot hold it.
+            name = ev.name if len(ev.name) <= 80 else ev.name[:77] + "..."
+            raise TraceFormatError(trace.path, f"traceEvents[{index}] ({name!r})",
+                                   f"ts (plus baseTimeNanoseconds) from 0 to 2^62 ns and "
+                                   f"dur >= 0 (ts {ev.start} ns, dur {ev.dur} ns)")
         name = ev.name
         if ev.tid is None or not name:
             raise TraceFormatError(trace.path, f"traceEvents[{index}]",
