@@ -266,7 +266,17 @@ def validate(files: tuple[str, ...], as_json: bool, target: str, limit: int) -> 
     failed = False
     run: dict[int, object] = {}
     for path in _et_files(files):
-        et = etio.read_et(path)
+        try:
+            et = etio.read_et(path)
+        except TraceFormatError as exc:  # reported like any other problem; the rest still run
+            failed = True
+            if as_json:
+                click.echo(orjson.dumps({"path": str(path), "ok": False, "nodes": 0,
+                                         "problems": [{"check": "read", "node": None,
+                                                       "message": str(exc)}]}).decode())
+            else:
+                click.echo(f"{path}: FAILED (cannot be read: {exc})")
+            continue
         report = check(str(path), et.metadata, et.nodes,
                        target="chakra" if target == "full" else target)
         failed |= not report.ok

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from click.testing import CliRunner
+
+from chakra_hooks.cli import cli
 from chakra_hooks.converter import etio
 from chakra_hooks.converter.attrs import make_attr
 from chakra_hooks.converter.schema import AttributeProto, GlobalMetadata, Node, NodeType
@@ -93,3 +96,16 @@ def test_astra_sim_target_refuses_metadata_and_mem_nodes() -> None:
              Node(id=2, name="h2d", type=NodeType.Value("MEM_LOAD_NODE"))]
     assert _check(nodes) == {}
     assert _check(nodes, target="astra-sim") == {"astra-sim-type": 2}
+
+
+def test_validate_reports_every_file_when_one_cannot_be_read(corpus, tmp_path):
+    from chakra_hooks.convert import convert_paths
+
+    convert_paths([corpus / "jax_xla" / "tpu_inference_2.xplane.pb"], tmp_path, progress=False)
+    broken = tmp_path / "chakra.1.et"
+    broken.write_bytes(broken.read_bytes()[:300])
+    out = CliRunner().invoke(cli, ["validate", str(tmp_path)])
+    assert out.exit_code == 1
+    lines = out.output.splitlines()
+    assert sum(": ok (" in line for line in lines) == 3
+    assert any("chakra.1.et: FAILED (cannot be read" in line for line in lines)
