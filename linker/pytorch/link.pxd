@@ -18,7 +18,7 @@ cdef class _Linker:
     cdef public object et, kt, trace, ops, edges, threads, match, groups, rpc_meta
     cdef public object c10d_on_device, window, has_device, seqs, nested_after, thread_ops
     cdef public object launches, selected, tops, pg_inits, lanes, runtime_by_corr
-    cdef public object kernel_names, unknown_dur, host_waits
+    cdef public object kernel_names, unknown_dur, host_waits, left_out_host, left_out_device
 
     @cython.locals(node=EtNode)
     cpdef object _read_groups(self)

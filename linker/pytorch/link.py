@@ -170,6 +170,7 @@ class _Linker:
         # id() of Kineto events the file gave no duration (their ops say duration_unknown)
         self.unknown_dur: set[int] = {id(ev) for ev in kt.unknown_dur} if kt is not None else set()
         self.window: tuple[int, int] | None = None
+        self.left_out_host = self.left_out_device = 0  # Kineto events outside the window
         # Device ops will exist: Kineto has some, or a reference-linked ET carries them.
         self.has_device = bool(kt.device) if kt is not None else (
             et is not None and any(n.cat in DEVICE_CATS for n in et.nodes))
@@ -257,6 +258,7 @@ class _Linker:
                     outside += 1
         if ops and outside / ops > WINDOW_MIN_OUTSIDE:
             self.window = (lo, hi)
+            self.left_out_host = outside
 
     def _prelink_device(self) -> list[tuple[KEvent, KEvent | None, KEvent | None]]:
         """Device event -> its launching runtime call and the innermost host range around it."""
@@ -274,6 +276,7 @@ class _Linker:
             runtime = runtime_by_corr.get(corr)
             if window is not None and (runtime is None or not
                                        window[0] <= runtime.start <= window[1]):
+                self.left_out_device += 1
                 continue  # launched outside the steps the ET recorded
             inner = None
             if runtime is not None:
@@ -649,6 +652,8 @@ class _Linker:
         stats["device_linked"] = device_linked
         stats["device_time_ps"] = device_time
         stats["window_applied"] = int(self.window is not None)
+        if self.window is not None:
+            self._report_left_out()
         if kt is not None:
             stats["kineto_device_events"] = len(kt.device)
             stats["input_bytes"] = stats.get("input_bytes", 0) + kt.raw_bytes
@@ -673,6 +678,21 @@ class _Linker:
         if et is not None and kt is not None:
             self._report_match()
         trace.metadata["clock"] = trace.clock
+
+    def _report_left_out(self) -> None:
+        """Kineto recorded more than the ET (a profiler left running beside an observer started
+        for one step): what was left out is said, counted and kept in the metadata."""
+        trace, kt = self.trace, self.kt
+        lo, hi = self.window
+        first = min([ev.start for ev in kt.host] + [ev.start for ev in kt.device])
+        last = max([ev.start + ev.dur for ev in kt.host] + [ev.start + ev.dur for ev in kt.device])
+        text = (f"{self.left_out_host} host ops and {self.left_out_device} device events of the "
+                f"Kineto trace lie outside the host ET's window ({(lo - first) / 1e6:,.3f} to "
+                f"{(hi - first) / 1e6:,.3f} ms of Kineto's {(last - first) / 1e6:,.3f} ms): left out")
+        trace.stats["kineto_left_out_host"] = self.left_out_host
+        trace.stats["kineto_left_out_device"] = self.left_out_device
+        trace.metadata["kineto_left_out"] = text
+        trace.warnings.append(f"{kt.path}: {text}")
 
     def _report_match(self) -> None:
         trace, m = self.trace, self.match

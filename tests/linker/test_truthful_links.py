@@ -247,3 +247,16 @@ def test_collectives_without_their_group_are_said_to_span_all_ranks(corpus, tmp_
     result = convert_paths([source], tmp_path / "out", progress=False, warn=warnings.append)
     assert result.ranks[0].stats["comm_group_unknown"] > 0
     assert any("do not say which process group" in w and "subgroups" in w for w in warnings)
+
+
+def test_kineto_steps_the_et_does_not_hold_are_said_to_be_left_out(corpus, tmp_path):
+    """rtx2080_linear: an ET of one iteration beside a Kineto trace of many. The output keeps
+    the ET's step; a warning counts what was left out, and the metadata keeps it (inspect)."""
+
+    result = convert_paths([corpus / "pytorch" / "rtx2080_linear"], tmp_path, progress=False,
+                           warn=lambda _: None)
+    [rank] = result.ranks
+    assert rank.stats["kineto_left_out_device"] > 8000 and rank.stats["kineto_left_out_host"] > 30000
+    assert any("left out" in w and "outside the host ET's window" in w for w in rank.warnings)
+    metadata = {a.name: value_of(a) for a in etio.read_et(tmp_path / "chakra.0.et").metadata.attr}
+    assert "device events of the Kineto trace lie outside" in metadata["kineto_left_out"]
