@@ -50,3 +50,26 @@ def test_a_time_before_1970_is_refused_in_one_line(corpus: Path, tmp_path: Path)
     [line] = [line for line in result.stderr.splitlines() if line.strip()]
     assert f"traceEvents[{kernel}]" in line and "ts -5000 ns" in line and len(line) < 400
     assert not out.exists()
+
+
+def test_a_missing_or_textual_time_is_said_in_the_users_words(corpus: Path, tmp_path: Path) -> None:
+    import gzip
+    import json
+
+    from chakra_hooks.convert import convert_paths
+
+    doc = json.loads(gzip.open(corpus / "pytorch" / "a100_simple_add" / "kineto.json.gz").read())
+    kernel = next(i for i, e in enumerate(doc["traceEvents"]) if e.get("cat") == "kernel")
+    for field, value, said in (("ts", None, "ts: a number, got null"),
+                               ("dur", "x", "dur: a number, got a string ('x')")):
+        broken = json.loads(json.dumps(doc))
+        broken["traceEvents"][kernel][field] = value
+        folder = tmp_path / field
+        folder.mkdir()
+        (folder / "kineto.json").write_text(json.dumps(broken))
+        try:
+            convert_paths([folder], tmp_path / f"out_{field}", progress=False)
+        except TraceFormatError as exc:
+            assert str(exc) == f"{folder / 'kineto.json'}: traceEvents[{kernel}]: {said}"
+        else:
+            raise AssertionError(f"a {field} of {value!r} was accepted")

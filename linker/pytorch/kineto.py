@@ -162,6 +162,19 @@ def _ns(value: object) -> int:
     return round(scaled)
 
 
+def _json_kind(value: object) -> str:
+    """How a JSON value that should have been a number reads to the user."""
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return f"a string ({value[:20]!r})"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, dict)):
+        return "an array" if isinstance(value, list) else "an object"
+    return repr(value)[:20]
+
+
 def read_kineto(path: Path) -> KinetoTrace:
     """Read a Kineto trace; raises TraceFormatError for anything that is not one."""
     path = Path(path)
@@ -330,8 +343,10 @@ def _read_events(trace: KinetoTrace, events: list[KEvent], first: int) -> int:
             continue
         out, cat, full_names = found
         ev.cat = cat  # one shared string per category, not one per event
+        field = "ts"
         try:
             start = ev.start = base + _ns(ev.start)
+            field = "dur"
             dur = ev.dur
             if dur is None:  # not measured: kept as 0 for ordering, written duration_unknown
                 dur = ev.dur = 0
@@ -339,9 +354,9 @@ def _read_events(trace: KinetoTrace, events: list[KEvent], first: int) -> int:
             else:
                 dur = ev.dur = _ns(dur)
         except (TypeError, ValueError, OverflowError) as exc:
+            got = ev.start if field == "ts" else ev.dur
             raise TraceFormatError(trace.path, f"traceEvents[{index}]",
-                                   f"an event with name, pid, tid, numeric ts / dur ({exc})"
-                                   ) from exc
+                                   f"{field}: a number, got {_json_kind(got)}") from exc
         if dur < 0 or not 0 <= start < _TIME_LIMIT_NS or dur > _TIME_LIMIT_NS:
             # A time before 1970 on Kineto's epoch clock (with baseTimeNanoseconds added) is
             # damage too, and a Chakra start time cannot hold it.
