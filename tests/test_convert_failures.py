@@ -73,3 +73,37 @@ def test_a_missing_or_textual_time_is_said_in_the_users_words(corpus: Path, tmp_
             assert str(exc) == f"{folder / 'kineto.json'}: traceEvents[{kernel}]: {said}"
         else:
             raise AssertionError(f"a {field} of {value!r} was accepted")
+
+
+def test_damaged_et_parent_links_and_ids_are_refused(corpus: Path, tmp_path: Path) -> None:
+    """Each used to drop ops without a word (a100_simple_add: its 19.6 s aten::rand, the span
+    with it), or write one op twice."""
+    import gzip
+    import json
+
+    from chakra_hooks.convert import convert_paths
+
+    source = corpus / "pytorch" / "a100_simple_add"
+    doc = json.loads(gzip.open(source / "host_et.json.gz").read())
+    rand = next(n for n in doc["nodes"] if n["name"] == "aten::rand")
+    other = next(n for n in doc["nodes"] if n["id"] != rand["id"] and n["name"].startswith("aten::"))
+
+    def damaged(change) -> str:
+        broken = json.loads(json.dumps(doc))
+        change({n["id"]: n for n in broken["nodes"]}, broken)
+        folder = tmp_path / f"case{len(list(tmp_path.iterdir()))}"
+        folder.mkdir()
+        (folder / "host_et.json").write_text(json.dumps(broken))
+        (folder / "kineto.json.gz").write_bytes((source / "kineto.json.gz").read_bytes())
+        try:
+            convert_paths([folder], folder / "out", progress=False)
+        except TraceFormatError as exc:
+            assert "host_et.json" in str(exc) and not (folder / "out").exists()
+            return str(exc)
+        raise AssertionError("accepted")
+
+    assert "parent 424242 is none" in damaged(lambda by, d: by[rand["id"]].update(ctrl_deps=424242))
+    assert "other than itself" in damaged(lambda by, d: by[rand["id"]].update(ctrl_deps=rand["id"]))
+    assert "loops" in damaged(lambda by, d: (by[rand["id"]].update(ctrl_deps=other["id"]),
+                                             by[other["id"]].update(ctrl_deps=rand["id"])))
+    assert "unique node ids" in damaged(lambda by, d: d["nodes"].append(dict(rand)))
