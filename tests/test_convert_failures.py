@@ -107,3 +107,21 @@ def test_damaged_et_parent_links_and_ids_are_refused(corpus: Path, tmp_path: Pat
     assert "loops" in damaged(lambda by, d: (by[rand["id"]].update(ctrl_deps=other["id"]),
                                              by[other["id"]].update(ctrl_deps=rand["id"])))
     assert "unique node ids" in damaged(lambda by, d: d["nodes"].append(dict(rand)))
+
+
+def test_traces_of_jobs_of_different_sizes_are_refused_together(corpus: Path, tmp_path: Path) -> None:
+    """One rank of a 128-rank job and one of an 8-rank job in one folder are not ranks 0 and 1
+    of one run."""
+    import shutil
+
+    from chakra_hooks.convert import convert_paths
+
+    shutil.copy(corpus / "kineto_only" / "sampled_rank-0.json.gz", tmp_path)
+    shutil.copy(next((corpus / "pytorch" / "v100_dlrm_8rank").glob("worker1_*")), tmp_path)
+    try:
+        convert_paths([tmp_path], tmp_path / "out", progress=False)
+    except TraceFormatError as exc:
+        assert "(8 ranks)" in str(exc) and "(128 ranks)" in str(exc)
+    else:
+        raise AssertionError("accepted as one run")
+    assert not (tmp_path / "out").exists()

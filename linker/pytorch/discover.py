@@ -32,6 +32,7 @@ from pathlib import Path
 
 import orjson
 
+from chakra_hooks.errors import TraceFormatError
 from chakra_hooks.linker.sources import RankJob
 
 FORMAT = "pytorch"
@@ -202,8 +203,19 @@ def _pair(sniffed: list[_Sniffed], warn: Callable[[str], None]) -> list[RankJob]
             continue
         for s in group:
             per_rank[s.rank][s.role].append(s.path)
-    jobs = _jobs(per_rank, warn)
     worlds = {s.world for s in sniffed if s.world}
+    if len(worlds) > 1:
+        # Ranks of one run agree on its size: these are traces of different jobs.
+        by_world = {}
+        for s in sniffed:
+            if s.world:
+                by_world.setdefault(s.world, s.path)
+        shown = ", ".join(f"{path.name} ({world} ranks)" for world, path in sorted(by_world.items()))
+        raise TraceFormatError(
+            by_world[max(by_world)].parent, "distributedInfo.world_size",
+            f"one world size for the Kineto traces of one run; they name {len(worlds)}: "
+            f"{shown}: convert each job apart")
+    jobs = _jobs(per_rank, warn)
     if len(worlds) == 1:
         _warn_missing({j.rank for j in jobs}, worlds.pop(), "the Kineto traces", warn)
     return jobs
