@@ -9,6 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from chakra_hooks.errors import TraceFormatError
 from chakra_hooks.linker.pytorch.discover import discover, rank_from_name
 
 
@@ -57,10 +58,12 @@ def test_one_et_one_kineto_in_a_directory_pair(corpus: Path) -> None:
 
 
 def test_kineto_only_and_vllm(corpus: Path) -> None:
-    jobs, claimed, warnings = _run(_files(corpus / "kineto_only"))
-    assert sorted((j.rank, tuple(j.files)) for j in jobs) == [
-        (0, ("kineto",)), (0, ("kineto",)), (1, ("kineto",))]
-    assert len(warnings) == 1 and "rank 0" in warnings[0]  # two traces for rank 0: apart
+    # The folder holds two jobs (b200: 8 ranks; sampled: 128): refused as one run.
+    with pytest.raises(TraceFormatError, match=r"\(8 ranks\).*\(128 ranks\)"):
+        _run(_files(corpus / "kineto_only"))
+    jobs, claimed, warnings = _run([f for f in _files(corpus / "kineto_only")
+                                    if f.name.startswith("sampled")])
+    assert sorted((j.rank, tuple(j.files)) for j in jobs) == [(0, ("kineto",)), (1, ("kineto",))]
     jobs, _, warnings = _run(_files(corpus / "vllm/mi300x_decode_full"))
     assert len(jobs) == 2 and all(set(j.files) == {"kineto"} for j in jobs)
 
