@@ -125,3 +125,21 @@ def test_traces_of_jobs_of_different_sizes_are_refused_together(corpus: Path, tm
     else:
         raise AssertionError("accepted as one run")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_device_event_with_text_ids_is_refused(corpus: Path, tmp_path: Path) -> None:
+    import gzip
+    import json
+
+    from chakra_hooks.convert import convert_paths
+
+    doc = json.loads(gzip.open(corpus / "pytorch" / "a100_simple_add" / "kineto.json.gz").read())
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    kernels[-1]["args"]["correlation"] = "y"  # not the first of its stream: checked per op
+    (tmp_path / "kineto.json").write_text(json.dumps(doc))
+    try:
+        convert_paths([tmp_path / "kineto.json"], tmp_path / "out", progress=False)
+    except TraceFormatError as exc:
+        assert "args.correlation: an integer, got a string ('y')" in str(exc)
+    else:
+        raise AssertionError("accepted")

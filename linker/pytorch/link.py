@@ -491,6 +491,7 @@ class _Linker:
         key = (device, stream, ev.pid, ev.tid)
         lane = self.lanes.get(key)
         if lane is None:
+            self._check_ids(ev)  # once per lane: a new lane is where a bad value shows first
             lane = f"stream:{ev.pid if device is None else device}:" \
                    f"{ev.tid if stream is None else stream}"
             self.lanes[key] = lane
@@ -523,6 +524,8 @@ class _Linker:
         # Device and stream are in the lane name; the correlation leads back to Kineto.
         if type(args.correlation) is int:
             attrs["correlation"] = args.correlation
+        elif args.correlation is not None:
+            self._check_ids(ev)
         if runtime is None:
             return
         self.launches.append((runtime, op.uid, lane))
@@ -531,6 +534,17 @@ class _Linker:
             host = host.parent
         if host is not None:
             self.edges.append(Edge(host.op, op.uid, _LAUNCH))
+
+    def _check_ids(self, ev: KEvent) -> None:
+        """A device event's stream, device and correlation are integers: anything else is
+        damage, not an id to link by."""
+        args = ev.args
+        for name, value in (("stream", args.stream), ("device", args.device),
+                            ("correlation", args.correlation)):
+            if value is not None and type(value) is not int:
+                shown = f"a string ({value[:20]!r})" if isinstance(value, str) else repr(value)[:20]
+                raise TraceFormatError(self.kt.path, f"{ev.cat} {ev.name[:60]!r} at "
+                                       f"{ev.start} ns", f"args.{name}: an integer, got {shown}")
 
     def _kernel_comm(self, ev: KEvent, inner: KEvent | None
                      ) -> tuple[OpKind, CommInfo | None, CommMeta | None, str | None]:
