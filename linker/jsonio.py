@@ -58,6 +58,9 @@ def decode(path: Path, raw: bytes, decoder: msgspec.json.Decoder, array_type: ob
         return decoder.decode(raw)
     except msgspec.ValidationError as exc:
         raise TraceFormatError(path, "structure", f"the expected layout ({exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise TraceFormatError(path, f"byte {exc.start}", "UTF-8 text (this byte is not: "
+                               "the file is damaged)") from exc
     except msgspec.DecodeError as exc:
         text = str(exc)
         at = re.search(r"byte (\d+)", text)

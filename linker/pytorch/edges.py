@@ -104,7 +104,7 @@ def add_sync_edges(linker: _Linker) -> None:
     waits = _HostWaits(launches, linker.host_waits, linker.edges)
     ends = _DeviceEnds(linker, launches)
     exact = {rec.args.correlation: rec for rec in linker.kt.syncs
-             if rec.args.correlation is not None}
+             if type(rec.args.correlation) is int}
     last_record: dict[tuple, int] = {}
     edges, window = linker.edges, linker.window
     calls = sorted((rt for rt in linker.kt.runtime if rt.name in SYNC_NAMES),
@@ -118,7 +118,8 @@ def add_sync_edges(linker: _Linker) -> None:
             continue
         if window is not None and not window[0] <= rt.start <= window[1]:
             continue
-        record = exact.get(rt.args.correlation)
+        corr = rt.args.correlation
+        record = exact.get(corr) if type(corr) is int else None
         if record is not None:
             _exact_sync(record, rt, linker.runtime_by_corr, launches, waits)
         elif rt.name in WAIT_EVENT:

@@ -155,7 +155,7 @@ def _keep_texts(nodes: list[EtNode]) -> None:
             raws.append(node.raw_outputs)
         try:
             ios = _IO_LISTS_DECODER.decode(b"[%b]" % b",".join(raws))
-        except msgspec.MsgspecError:
+        except (msgspec.MsgspecError, UnicodeDecodeError):
             for node in part:
                 node.keep_io(True, False)
             continue
@@ -191,7 +191,7 @@ def _decode_attrs(raw: msgspec.Raw, node: EtNode, index: int, path: Path) -> lis
     # at once: on a 1 GB ET they would otherwise be the largest thing in memory.
     try:
         return _ATTRS_DECODER.decode(raw)
-    except msgspec.MsgspecError as exc:
+    except (msgspec.MsgspecError, UnicodeDecodeError) as exc:
         raise TraceFormatError(path, f"nodes[{index}] (id {node.id})",
                                f"an attrs list of {{name, type, value}} ({exc})") from exc
 
@@ -288,7 +288,7 @@ def _decode_std_chunk(raws: list[msgspec.Raw]) -> list[list[_Std]] | None:
         return []
     try:
         return _STD_LISTS_DECODER.decode(b"[%b]" % b",".join(raws))
-    except msgspec.MsgspecError:
+    except (msgspec.MsgspecError, UnicodeDecodeError):
         return None
 
 
@@ -300,7 +300,7 @@ def _decode_attr_chunk(part: list[EtNode], raws: list[msgspec.Raw], lo: int, pat
         return []
     try:
         return _ATTR_LISTS_DECODER.decode(b"[%b]" % b",".join(raws))
-    except msgspec.MsgspecError:
+    except (msgspec.MsgspecError, UnicodeDecodeError):
         for index, node in enumerate(part, lo):  # find the node, and raise its error
             if node.attr_raw is not null:
                 _decode_attrs(node.attr_raw, node, index, path)
@@ -317,7 +317,7 @@ def read_host_et(path: Path) -> HostEt:
     raw = read_bytes(path)
     try:  # the common layout, attrs decoded in the same pass (see _EtNodeStd)
         doc = _STD_DECODER.decode(raw)
-    except msgspec.MsgspecError:  # other attrs, or a bad file (then decode names the problem)
+    except (msgspec.MsgspecError, UnicodeDecodeError):  # other attrs, or a bad file (then decode names the problem)
         doc = decode(path, raw, _DECODER)
     if doc.nodes is None:
         raise TraceFormatError(path, "top level", "a PyTorch execution trace with a 'nodes' list")
@@ -334,7 +334,7 @@ def read_host_et(path: Path) -> HostEt:
     for node in nodes:  # id order, so children lists come out in program order
         if node.parent == node.id or node.name.startswith(_THREAD_ROOT):
             roots.add(node.id)  # the process root is its own parent
-        parent = get(node.parent)
+        parent = get(node.parent) if type(node.parent) is int else None  # else: _check_tree
         if parent is not None and parent is not node:
             children = parent.children
             if children:
@@ -358,6 +358,10 @@ def _check_tree(nodes: list[EtNode], roots: set[int], get: Callable, path: Path)
     silently (the 19.6 s op of a100_simple_add, with the span). Refused in one line."""
     previous = None
     for node in nodes:  # sorted by id
+        for name, value in (("ctrl_deps", node.parent), ("tid", node.tid)):
+            if value is not None and (type(value) is not int):
+                raise TraceFormatError(path, f"node {node.id} ({str(node.name)[:60]!r})",
+                                       f"{name}: a number, got {type(value).__name__}")
         if node.id == previous:
             raise TraceFormatError(path, f"nodes (id {node.id})",
                                    f"unique node ids; {node.id} names two nodes")

@@ -162,6 +162,13 @@ def _ns(value: object) -> int:
     return round(scaled)
 
 
+def _check_id(trace: KinetoTrace, index: int, name: str, value: object) -> None:
+    """A pid or tid is a number or a name (Kineto writes both); anything else is damage."""
+    if not isinstance(value, (int, str)) or isinstance(value, bool):
+        raise TraceFormatError(trace.path, f"traceEvents[{index}]",
+                               f"{name}: a number or a name, got {_json_kind(value)}")
+
+
 def _json_kind(value: object) -> str:
     """How a JSON value that should have been a number reads to the user."""
     if value is None:
@@ -219,7 +226,7 @@ def _cut_events(raw: bytes) -> tuple[_KinetoRest, Callable[[], Iterator[tuple[in
             lo = between.end()
     try:
         doc = _REST_DECODER.decode(raw[:start.start(1)] + _MARK + raw[end + 1:])
-    except msgspec.MsgspecError:
+    except (msgspec.MsgspecError, UnicodeDecodeError):
         return None
     if doc.traceEvents != _MARK_VALUE:
         return None
@@ -230,7 +237,7 @@ def _cut_events(raw: bytes) -> tuple[_KinetoRest, Callable[[], Iterator[tuple[in
         for lo, hi in spans:
             try:
                 events = _EVENTS_DECODER.decode(b"[%b]" % view[lo:hi])
-            except msgspec.MsgspecError:
+            except (msgspec.MsgspecError, UnicodeDecodeError):
                 raise _NotProved from None
             yield first, events
             first += len(events)
@@ -276,6 +283,10 @@ def _split_events(path: Path, raw: bytes
                 # A typed field of one event is wrong: name the event.
                 raise TraceFormatError(path, _where(exc, lo), "an event with name, pid, tid, "
                                        f"numeric ts / dur ({exc})") from exc
+            except UnicodeDecodeError as exc:
+                raise TraceFormatError(path, f"traceEvents[{lo}..{lo + CHUNK - 1}]",
+                                       "UTF-8 text (a byte in these events is not: the file is "
+                                       "damaged)") from exc
 
     return doc, chunks
 
@@ -386,10 +397,13 @@ def _read_events(trace: KinetoTrace, events: list[KEvent], first: int) -> int:
                 common_events.append(ev)
                 common_raws.append(args)
         pid = ev.pid
+        tid = ev.tid
+        if type(pid) is not int or type(tid) is not int:
+            _check_id(trace, index, "pid", pid)
+            _check_id(trace, index, "tid", tid)
         if out is host:
             pids.add(pid)
         ev.pid = ids.setdefault(pid, pid)
-        tid = ev.tid
         ev.tid = ids.setdefault(tid, tid)
         out.append(ev)
     if common_raws:

@@ -263,7 +263,11 @@ class _Linker:
     def _prelink_device(self) -> list[tuple[KEvent, KEvent | None, KEvent | None]]:
         """Device event -> its launching runtime call and the innermost host range around it."""
         kt = self.kt
-        runtime_by_corr = {rt.args.correlation: rt for rt in kt.runtime}
+        runtime_by_corr = {}
+        for rt in kt.runtime:  # ids only: a damaged value links nothing
+            corr = rt.args.correlation
+            if type(corr) is int:
+                runtime_by_corr[corr] = rt
         runtime_by_corr.pop(None, None)
         self.runtime_by_corr = runtime_by_corr
         threads, flows, window = self.threads, kt.flow_ends, self.window
@@ -273,6 +277,8 @@ class _Linker:
             corr = ev.args.correlation
             if corr is None:
                 corr = flows.get((ev.pid, ev.tid, ev.start))
+            elif type(corr) is not int:
+                corr = None  # refused with its event in _device_op (_check_ids)
             runtime = runtime_by_corr.get(corr)
             if window is not None and (runtime is None or not
                                        window[0] <= runtime.start <= window[1]):

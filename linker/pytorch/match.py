@@ -120,13 +120,13 @@ def _by_key(nodes: list[EtNode], host: list[KEvent], key: str) -> dict[int, KEve
     index = {}
     for ev in host:
         k = get_key(ev.args)
-        if k:
+        if k and type(k) is int:  # an id; anything else (damage) links nothing
             index[k] = ev  # the last range of a key wins
     get = index.get
     out = {}
     for node in nodes:
         rf_id = node.rf_id
-        if rf_id:
+        if rf_id and type(rf_id) is int:
             ev = get(rf_id)
             if ev is not None and ev.name == node.name:
                 out[node.id] = ev
