@@ -268,14 +268,13 @@ def validate(files: tuple[str, ...], as_json: bool, target: str, limit: int) -> 
     for path in _et_files(files):
         try:
             et = etio.read_et(path)
-        except TraceFormatError as exc:  # reported like any other problem; the rest still run
+        except TraceFormatError as exc:  # the one-line error; the other files still run
             failed = True
+            click.echo(f"chakra-hooks: error: {exc}", err=True)
             if as_json:
                 click.echo(orjson.dumps({"path": str(path), "ok": False, "nodes": 0,
                                          "problems": [{"check": "read", "node": None,
                                                        "message": str(exc)}]}).decode())
-            else:
-                click.echo(f"{path}: FAILED (cannot be read: {exc})")
             continue
         report = check(str(path), et.metadata, et.nodes,
                        target="chakra" if target == "full" else target)

@@ -203,8 +203,8 @@ def test_two_different_programs_are_refused_unless_forced(corpus: Path) -> None:
         link(et, kineto)
     trace = link(et, kineto, force_pair=True)
     assert trace.stats["match_rate"] < 0.1
-    assert len(trace.warnings) == 1 and "two different runs" in trace.warnings[0]
-    assert "host_et.json.gz" in trace.warnings[0] and "kineto.json.gz" in trace.warnings[0]
+    [said] = [w for w in trace.warnings if "two different runs" in w]
+    assert "host_et.json.gz" in said and "kineto.json.gz" in said
 
 
 def test_one_policy_for_a_pair_given_on_the_command_line(corpus: Path, tmp_path: Path) -> None:
