@@ -143,3 +143,22 @@ def test_a_device_event_with_text_ids_is_refused(corpus: Path, tmp_path: Path) -
         assert "args.correlation: an integer, got a string ('y')" in str(exc)
     else:
         raise AssertionError("accepted")
+
+
+def test_a_base_time_that_is_no_integer_is_refused(corpus: Path, tmp_path: Path) -> None:
+    """It used to be ignored, leaving every time 55 years early without a word."""
+    import gzip
+    import json
+
+    from chakra_hooks.convert import convert_paths
+
+    doc = json.loads(gzip.open(corpus / "kineto_only" / "b200_eager_rank0.json.gz").read())
+    doc["baseTimeNanoseconds"] = "soon"
+    (tmp_path / "k.json").write_text(json.dumps(doc))
+    try:
+        convert_paths([tmp_path / "k.json"], tmp_path / "out", progress=False)
+    except TraceFormatError as exc:
+        assert str(exc).endswith("baseTimeNanoseconds: an integer (ns since the epoch), got a "
+                                 "string ('soon')")
+    else:
+        raise AssertionError("accepted")

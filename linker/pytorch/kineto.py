@@ -305,6 +305,9 @@ def _where(exc: msgspec.ValidationError, first: int) -> str:
 def _read_trace(path: Path, raw_bytes: int, doc: _KinetoDoc | _KinetoRest,
                 chunks: Callable[[], Iterator[tuple[int, list[KEvent]]]]) -> KinetoTrace:
     base = doc.baseTimeNanoseconds
+    if base is not None and type(base) is not int:  # ignored, it shifted nothing: say so
+        raise TraceFormatError(path, "baseTimeNanoseconds",
+                               f"an integer (ns since the epoch), got {_json_kind(base)}")
     base_ns = base if type(base) is int else 0
     clock = "kineto:baseTimeNanoseconds" if base_ns else "kineto:epoch-us"
     dist = doc.distributedInfo
