@@ -44,10 +44,25 @@ _REQUIRED = ("step", "layer", "num_experts", "top_k", "tokens", "bins", "annotat
              "occurrence", "start_ns", "end_ns")
 
 
+# Integer fields of a routing record (absent optional ones read as 0).
+_INTEGERS = ("layer", "step", "num_experts", "top_k", "tokens", "occurrence", "start_ns",
+             "end_ns", "dropped")
+
+
 def read_sidecar(path: Path) -> list[dict]:
     """The records of a routing sidecar; TraceFormatError for anything else."""
     records = read_records(path, SIDECAR_FORMAT, "routing records", _REQUIRED)
     for i, rec in enumerate(records):
+        for key in _INTEGERS:
+            value = rec.get(key, 0)
+            if type(value) is not int or not 0 <= value < 1 << 62:
+                raise TraceFormatError(path, f"record {i}", f"{key}: an integer from 0 to 2^62, "
+                                       f"got {type(value).__name__} {str(value)[:24]!r}")
+        if not isinstance(rec["annotation"], str):
+            raise TraceFormatError(path, f"record {i}", "annotation: a name")
+        ep_bins = rec.get("ep_bins")
+        if ep_bins and (not isinstance(ep_bins, list) or not all(type(b) is int for b in ep_bins)):
+            raise TraceFormatError(path, f"record {i}", "ep_bins: integers")
         bins = rec["bins"]
         if (not isinstance(bins, list) or len(bins) != rec["num_experts"]
                 or not all(type(b) is int for b in bins)):

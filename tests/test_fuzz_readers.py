@@ -1,8 +1,10 @@
 """Every reader, fed damaged copies of real corpus files: each case ends in a success or in a
 TraceFormatError (the CLI's one-line error, exit 1), never another exception.
 
-A quick run here (``FUZZ_EXAMPLES`` cases per reader, 25 by default); ``nox -s fuzz`` runs
-many more. Mutations: a field of one event or node set to a hostile value (null, text,
+Readers: Kineto and host-ET JSON, XSpace protobuf, Chakra ``.et`` files (inspect, validate,
+stats), and our own capture's manifests and MoE routing sidecars (a real 2-rank capture of
+examples/train_tiny_moe.py). A quick run here (``FUZZ_EXAMPLES`` cases per reader, 25 by
+default); ``nox -s fuzz`` runs many more. Mutations: a field of one event or node set to a hostile value (null, text,
 negative, huge, NaN, a list, unicode), records dropped or duplicated, the file truncated or a
 byte flipped.
 """
@@ -134,3 +136,58 @@ def test_chakra_et_readers(tmp_path_factory, data):
         return
     validate(str(path), et.metadata, et.nodes)
     rank_stats(str(path), et.nodes)
+
+
+@pytest.fixture(scope="module")
+def capture(tmp_path_factory) -> Path:
+    """A real capture of the tiny MoE example (2 gloo ranks, routing bins, manifests)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    folder = tmp_path_factory.mktemp("capture") / "run"
+    example = Path(__file__).resolve().parents[1] / "examples" / "train_tiny_moe.py"
+    subprocess.run([sys.executable, str(example), str(folder)], capture_output=True, timeout=600)
+    if not (folder / "manifest.json").exists():
+        pytest.fail("the tiny MoE example wrote no capture")
+    return folder
+
+
+def _mutate_tree(value, data):
+    """One hostile change somewhere inside a JSON value (a dict, list or scalar)."""
+    if isinstance(value, dict) and value:
+        key = data.draw(st.sampled_from(sorted(value)))
+        if data.draw(st.booleans()):
+            value[key] = data.draw(HOSTILE)
+        else:
+            value[key] = _mutate_tree(value[key], data)
+        return value
+    if isinstance(value, list) and value:
+        i = data.draw(st.integers(0, len(value) - 1))
+        action = data.draw(st.sampled_from(["set", "drop", "dig"]))
+        if action == "drop":
+            del value[i]
+        elif action == "set":
+            value[i] = data.draw(HOSTILE)
+        else:
+            value[i] = _mutate_tree(value[i], data)
+        return value
+    return data.draw(HOSTILE)
+
+
+@FUZZ
+@given(data=st.data())
+def test_capture_manifests_and_sidecars(capture, tmp_path_factory, data):
+    import shutil
+
+    folder = tmp_path_factory.mktemp("side") / "run"
+    shutil.copytree(capture, folder)
+    targets = sorted(p.name for p in folder.iterdir()
+                     if p.name.endswith("manifest.json") or p.name.startswith("routing."))
+    name = data.draw(st.sampled_from(targets))
+    path = folder / name
+    if data.draw(st.booleans()):
+        path.write_text(json.dumps(_mutate_tree(json.loads(path.read_text()), data)))
+    else:
+        path.write_bytes(_damage_bytes(path.read_bytes(), data))
+    _convert(folder, folder.parent / "out")

@@ -253,8 +253,14 @@ def _rank_words(rank: int | None) -> str:
     return "rank unknown (no distributedInfo, none in the file names)"
 
 
+MAX_WORLD = 1 << 24  # more ranks than any job runs: beyond it a world size is damage
+
+
 def _warn_missing(ranks: set, world: object, source: str, warn: Callable[[str], None]) -> None:
-    if not isinstance(world, int) or world <= 0:
+    if type(world) is not int or not 0 < world <= MAX_WORLD:
+        if world is not None:
+            warn(f"{source} name a world size of {str(world)[:24]}, which is no rank count: "
+                 "ignored")
         return
     missing = sorted(set(range(world)) - ranks)
     if not missing:
