@@ -3,6 +3,23 @@
 from __future__ import annotations
 
 
+def json_kind(value: object) -> str:
+    """How a value that should have been something else reads to the user in an error:
+    ``null``, ``a string ('x')``, ``an array`` ... (a value of the right kind but out of
+    range: its text)."""
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return f"a string ({value[:20]!r})"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return repr(value)[:24]
+
+
 class TraceFormatError(ValueError):
     """Input that is not what its reader expects.
 

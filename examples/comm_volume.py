@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import sys
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import torch.multiprocessing as mp  # noqa: E402
 from torch import nn  # noqa: E402
 
 import chakra_hooks.collectors.torch as chakra  # noqa: E402
+from train_tiny_moe import free_port  # noqa: E402 (the example beside this one)
 
 WIDTH, LAYERS, BATCH = 512, 6, 64
 
@@ -48,12 +48,6 @@ def worker(rank: int, args: argparse.Namespace, port: int) -> None:
             t.step()
     dist.barrier()
     dist.destroy_process_group()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main(argv: list[str] | None = None) -> None:

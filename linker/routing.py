@@ -35,7 +35,7 @@ import bisect
 from pathlib import Path
 
 
-from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.errors import TraceFormatError, json_kind
 from chakra_hooks.linker.model import Edge, EdgeKind, LinkedTrace, Op, OpKind
 from chakra_hooks.linker.sidecars import read_records, recorded_ranges
 
@@ -57,7 +57,7 @@ def read_sidecar(path: Path) -> list[dict]:
             value = rec.get(key, 0)
             if type(value) is not int or not 0 <= value < 1 << 62:
                 raise TraceFormatError(path, f"record {i}", f"{key}: an integer from 0 to 2^62, "
-                                       f"got {type(value).__name__} {str(value)[:24]!r}")
+                                       f"got {json_kind(value)}")
         if not isinstance(rec["annotation"], str):
             raise TraceFormatError(path, f"record {i}", "annotation: a name")
         ep_bins = rec.get("ep_bins")

@@ -102,22 +102,17 @@ def _damage_bytes(raw: bytes, data) -> bytes:
     return raw[:at] + bytes([raw[at] ^ data.draw(st.integers(1, 255))]) + raw[at + 1:]
 
 
+@pytest.mark.parametrize("rel, name", [("kineto_only/b200_eager_rank0.json.gz", "b200.json"),
+                                       ("jax_xla/tpu_inference_2.xplane.pb", "tpu.xplane.pb")])
 @FUZZ
 @given(data=st.data())
-def test_kineto_bytes(tmp_path_factory, data):
-    source = _corpus("kineto_only/b200_eager_rank0.json.gz")
+def test_trace_bytes(tmp_path_factory, rel, name, data):
+    """A Kineto trace (decompressed: damage inside the JSON) and an XSpace profile."""
+    raw = _corpus(rel).read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
     folder = tmp_path_factory.mktemp("bytes")
-    raw = gzip.decompress(source.read_bytes())
-    (folder / "b200.json").write_bytes(_damage_bytes(raw, data))
-    _convert(folder, folder / "out")
-
-
-@FUZZ
-@given(data=st.data())
-def test_xspace_bytes(tmp_path_factory, data):
-    source = _corpus("jax_xla/tpu_inference_2.xplane.pb")
-    folder = tmp_path_factory.mktemp("xspace")
-    (folder / "tpu.xplane.pb").write_bytes(_damage_bytes(source.read_bytes(), data))
+    (folder / name).write_bytes(_damage_bytes(raw, data))
     _convert(folder, folder / "out")
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import msgspec
 
-from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.errors import TraceFormatError, json_kind
 from chakra_hooks.linker.pytorch import et_nodes as pytorch_et_nodes
 from chakra_hooks.linker.jsonio import decode, read_bytes
 from chakra_hooks.linker.pytorch.et_nodes import NULL, EtNode, IORaw, as_json
@@ -361,7 +361,7 @@ def _check_tree(nodes: list[EtNode], roots: set[int], get: Callable, path: Path)
         for name, value in (("ctrl_deps", node.parent), ("tid", node.tid)):
             if value is not None and (type(value) is not int):
                 raise TraceFormatError(path, f"node {node.id} ({str(node.name)[:60]!r})",
-                                       f"{name}: a number, got {type(value).__name__}")
+                                       f"{name}: a number, got {json_kind(value)}")
         if node.id == previous:
             raise TraceFormatError(path, f"nodes (id {node.id})",
                                    f"unique node ids; {node.id} names two nodes")

@@ -35,7 +35,7 @@ from typing import Union
 
 import msgspec
 
-from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.errors import TraceFormatError, json_kind
 from chakra_hooks.linker.jsonio import decode, read_bytes
 from chakra_hooks.linker.pytorch.kineto_events import NO_ARGS, CommonArgs, KArgs, KEvent
 
@@ -166,20 +166,7 @@ def _check_id(trace: KinetoTrace, index: int, name: str, value: object) -> None:
     """A pid or tid is a number or a name (Kineto writes both); anything else is damage."""
     if not isinstance(value, (int, str)) or isinstance(value, bool):
         raise TraceFormatError(trace.path, f"traceEvents[{index}]",
-                               f"{name}: a number or a name, got {_json_kind(value)}")
-
-
-def _json_kind(value: object) -> str:
-    """How a JSON value that should have been a number reads to the user."""
-    if value is None:
-        return "null"
-    if isinstance(value, str):
-        return f"a string ({value[:20]!r})"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (list, dict)):
-        return "an array" if isinstance(value, list) else "an object"
-    return repr(value)[:20]
+                               f"{name}: a number or a name, got {json_kind(value)}")
 
 
 def read_kineto(path: Path) -> KinetoTrace:
@@ -307,7 +294,7 @@ def _read_trace(path: Path, raw_bytes: int, doc: _KinetoDoc | _KinetoRest,
     base = doc.baseTimeNanoseconds
     if base is not None and type(base) is not int:  # ignored, it shifted nothing: say so
         raise TraceFormatError(path, "baseTimeNanoseconds",
-                               f"an integer (ns since the epoch), got {_json_kind(base)}")
+                               f"an integer (ns since the epoch), got {json_kind(base)}")
     base_ns = base if type(base) is int else 0
     clock = "kineto:baseTimeNanoseconds" if base_ns else "kineto:epoch-us"
     dist = doc.distributedInfo
@@ -370,7 +357,7 @@ def _read_events(trace: KinetoTrace, events: list[KEvent], first: int) -> int:
         except (TypeError, ValueError, OverflowError) as exc:
             got = ev.start if field == "ts" else ev.dur
             raise TraceFormatError(trace.path, f"traceEvents[{index}]",
-                                   f"{field}: a number, got {_json_kind(got)}") from exc
+                                   f"{field}: a number, got {json_kind(got)}") from exc
         if dur < 0 or not 0 <= start < _TIME_LIMIT_NS or dur > _TIME_LIMIT_NS:
             # A time before 1970 on Kineto's epoch clock (with baseTimeNanoseconds added) is
             # damage too, and a Chakra start time cannot hold it.

@@ -52,7 +52,7 @@ from pathlib import Path
 import orjson
 
 from chakra_hooks import progress
-from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.errors import TraceFormatError, json_kind
 from chakra_hooks.linker.pytorch import edges as pytorch_edges
 from chakra_hooks.linker.gc_pause import gc_paused
 from chakra_hooks.linker.pytorch.kineto import DEVICE_CATS, KinetoTrace, read_kineto
@@ -268,7 +268,6 @@ class _Linker:
             corr = rt.args.correlation
             if type(corr) is int:
                 runtime_by_corr[corr] = rt
-        runtime_by_corr.pop(None, None)
         self.runtime_by_corr = runtime_by_corr
         threads, flows, window = self.threads, kt.flow_ends, self.window
         by_ext: dict | None = None  # host ranges by External id, built on first need
@@ -548,9 +547,9 @@ class _Linker:
         for name, value in (("stream", args.stream), ("device", args.device),
                             ("correlation", args.correlation)):
             if value is not None and type(value) is not int:
-                shown = f"a string ({value[:20]!r})" if isinstance(value, str) else repr(value)[:20]
                 raise TraceFormatError(self.kt.path, f"{ev.cat} {ev.name[:60]!r} at "
-                                       f"{ev.start} ns", f"args.{name}: an integer, got {shown}")
+                                       f"{ev.start} ns",
+                                       f"args.{name}: an integer, got {json_kind(value)}")
 
     def _kernel_comm(self, ev: KEvent, inner: KEvent | None
                      ) -> tuple[OpKind, CommInfo | None, CommMeta | None, str | None]:
