@@ -45,19 +45,42 @@ def _tool(name: str, *args: str) -> str:
 
 @pytest.fixture(scope="module")
 def volume_pair(tmp_path_factory) -> dict[int, Path]:
-    """examples/comm_volume.py recorded with 4 MB and 48 MB of extra all-reduce, converted."""
+    """examples/comm_volume.py recorded with 4 MB and 48 MB of extra all-reduce, converted.
+
+    The experiment's premise is that only communication changed. On a shared 2-core machine
+    the compute itself can come out tens of percent apart between two recordings (seen: 68
+    against 125 ms of host ops): such a pair is recorded again (up to 3 times), so that the
+    prediction is judged on a pair that satisfies the premise."""
     root = tmp_path_factory.mktemp("volume")
-    out = {}
-    for mb in (4, 48):
-        capture = root / f"run{mb}"
-        subprocess.run([sys.executable, str(REPO / "examples" / "comm_volume.py"), str(capture),
-                        "--extra-mb", str(mb)], capture_output=True, timeout=300)
-        # Files are judged, not the exit status: a gloo job may abort at exit (a PyTorch defect
-        # tracked on its own); the capture is complete by then.
-        assert (capture / "manifest.json").exists(), f"no capture for {mb} MB"
-        convert_paths([capture], root / f"et{mb}", progress=False)
-        out[mb] = root / f"et{mb}"
-    return out
+    for attempt in range(3):
+        out = {}
+        for mb in (4, 48):
+            capture = root / f"run{mb}_{attempt}"
+            subprocess.run([sys.executable, str(REPO / "examples" / "comm_volume.py"),
+                            str(capture), "--extra-mb", str(mb)], capture_output=True, timeout=300)
+            # Files are judged, not the exit status; the capture is complete by the exit.
+            assert (capture / "manifest.json").exists(), f"no capture for {mb} MB"
+            convert_paths([capture], root / f"et{mb}_{attempt}", progress=False)
+            out[mb] = root / f"et{mb}_{attempt}"
+        compute = [[_compute_us(etio.read_et(out[mb] / f"chakra.{r}.et").nodes) for mb in out]
+                   for r in (0, 1)]
+        if all(max(c) <= COMPUTE_AGREE * min(c) for c in compute):
+            return out
+    pytest.fail(f"3 recordings of comm_volume.py whose compute differed by more than "
+                f"{COMPUTE_AGREE - 1:.0%} between the two volumes (host ops, us: {compute}): "
+                "the machine is too busy for this experiment")
+
+
+COMPUTE_AGREE = 1.15  # the premise: the two runs' host-op time within 15 % of each other
+
+
+def _compute_us(nodes) -> float:
+    """Host-op time of one ET (not gaps, not communication): what must not change."""
+    total = 0.0
+    for n in nodes:
+        if n.name != GAP_NAME and n.type not in (5, 6, 7):  # COMM_SEND, COMM_RECV, COMM_COLL
+            total += n.duration_micros
+    return total
 
 
 @pytest.mark.parametrize("a, b", [(4, 48), (48, 4)])
