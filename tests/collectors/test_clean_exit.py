@@ -8,6 +8,7 @@ The collector gives those defaults back (collectors/torch/capture.py, unpin_defa
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,10 @@ GLOO_THREADS = ("pt_gloo_runloop", "gloo_tcp_loop")
 def _run(tmp_path: Path, mode: str, amplify: bool = False) -> tuple[int, list[str]]:
     args = [sys.executable, str(JOB), str(tmp_path / "capture"), mode] + (["amplify"] if amplify else [])
     run = subprocess.run(args, capture_output=True, text=True, timeout=300)
-    lines = [line for line in run.stdout.splitlines() if "threads after destroy" in line]
+    # Each rank's report, found in the text rather than by line: Kineto writes its USDT lines
+    # to the same stdout without a newline, so two reports can share a line.
+    lines = [f"rank {rank} threads after destroy: {names.strip()}" for rank, names in
+             re.findall(r"rank (\d+) threads after destroy: ((?:[a-z0-9_]+ ?)+)", run.stdout)]
     return run.returncode, lines
 
 
