@@ -25,7 +25,8 @@ def _run(tmp_path: Path, mode: str, amplify: bool = False) -> tuple[int, list[st
     # Each rank's report, found in the text rather than by line: Kineto writes its USDT lines
     # to the same stdout without a newline, so two reports can share a line.
     lines = [f"rank {rank} threads after destroy: {names.strip()}" for rank, names in
-             re.findall(r"rank (\d+) threads after destroy: ((?:[a-z0-9_]+ ?)+)", run.stdout)]
+             re.findall(r"rank (\d+) threads after destroy: ((?:(?!rank \d)[a-z0-9_ ])+)",
+                        run.stdout)]
     return run.returncode, lines
 
 
