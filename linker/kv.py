@@ -31,9 +31,9 @@ import bisect
 from pathlib import Path
 
 
-from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.errors import TraceFormatError, json_kind
 from chakra_hooks.linker.model import PS_PER_NS, Edge, EdgeKind, LinkedTrace, Op, OpKind
-from chakra_hooks.linker.sidecars import read_records, recorded_ranges
+from chakra_hooks.linker.sidecars import check_integers, read_records, recorded_ranges
 
 KV_FORMAT = "chakra-hooks-kv/1"
 _KINDS = {"load": OpKind.MEM_LOAD, "store": OpKind.MEM_STORE,
@@ -48,8 +48,19 @@ def read_sidecar(path: Path) -> list[dict]:
     for i, rec in enumerate(records):
         if rec["kind"] not in _KINDS:
             raise TraceFormatError(path, f"record {i}", f"kind one of {', '.join(_KINDS)}")
-        if rec["bytes"] is not None and (type(rec["bytes"]) is not int or rec["bytes"] < 0):
-            raise TraceFormatError(path, f"record {i}", "bytes: a non-negative integer or null")
+        check_integers(path, i, rec, ("bytes", "requests", "slots", "step"), nullable=True)
+        check_integers(path, i, rec, ("start_ns", "end_ns"))
+        check_integers(path, i, rec, ("layer",), low=-1)
+        if rec["end_ns"] < rec["start_ns"]:
+            raise TraceFormatError(path, f"record {i}", "end_ns at or after start_ns")
+        if not isinstance(rec["range"], str) or type(rec["tid"]) not in (int, str):
+            raise TraceFormatError(path, f"record {i}", "range: a name, tid: an integer or a "
+                                   f"name, got {json_kind(rec['range'])} and "
+                                   f"{json_kind(rec['tid'])}")
+        for key in ("layer_name", "connector"):
+            if not isinstance(rec.get(key) or "", str):
+                raise TraceFormatError(path, f"record {i}", f"{key}: a name or null, got "
+                                       f"{json_kind(rec[key])}")
     return records
 
 

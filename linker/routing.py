@@ -35,9 +35,9 @@ import bisect
 from pathlib import Path
 
 
-from chakra_hooks.errors import TraceFormatError, json_kind
+from chakra_hooks.errors import TraceFormatError
 from chakra_hooks.linker.model import Edge, EdgeKind, LinkedTrace, Op, OpKind
-from chakra_hooks.linker.sidecars import read_records, recorded_ranges
+from chakra_hooks.linker.sidecars import check_integers, read_records, recorded_ranges
 
 SIDECAR_FORMAT = "chakra-hooks-routing/1"
 _REQUIRED = ("step", "layer", "num_experts", "top_k", "tokens", "bins", "annotation",
@@ -53,11 +53,7 @@ def read_sidecar(path: Path) -> list[dict]:
     """The records of a routing sidecar; TraceFormatError for anything else."""
     records = read_records(path, SIDECAR_FORMAT, "routing records", _REQUIRED)
     for i, rec in enumerate(records):
-        for key in _INTEGERS:
-            value = rec.get(key, 0)
-            if type(value) is not int or not 0 <= value < 1 << 62:
-                raise TraceFormatError(path, f"record {i}", f"{key}: an integer from 0 to 2^62, "
-                                       f"got {json_kind(value)}")
+        check_integers(path, i, rec, _INTEGERS)
         if not isinstance(rec["annotation"], str):
             raise TraceFormatError(path, f"record {i}", "annotation: a name")
         ep_bins = rec.get("ep_bins")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import orjson
 
-from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.errors import TraceFormatError, json_kind
 from chakra_hooks.linker.model import LinkedTrace
 
 
@@ -31,6 +31,19 @@ def read_records(path: Path, fmt: str, what: str, required: tuple[str, ...]) -> 
         if missing:
             raise TraceFormatError(path, f"record {i}", f"keys {', '.join(missing)}")
     return records
+
+
+def check_integers(path: Path, index: int, rec: dict, keys: tuple[str, ...], low: int = 0,
+                   nullable: bool = False) -> None:
+    """Each of ``keys`` in record ``index`` is an integer from ``low`` to 2^62 (absent reads
+    as ``low``; null too when ``nullable``), else a TraceFormatError naming it."""
+    for key in keys:
+        value = rec.get(key, low)
+        if value is None and nullable:
+            continue
+        if type(value) is not int or not low <= value < 1 << 62:
+            raise TraceFormatError(path, f"record {index}", f"{key}: an integer from {low} to "
+                                   f"2^62{' or null' if nullable else ''}, got {json_kind(value)}")
 
 
 def recorded_ranges(trace: LinkedTrace) -> dict[str, list[tuple[int, int, str]]]:

@@ -162,3 +162,23 @@ def test_a_base_time_that_is_no_integer_is_refused(corpus: Path, tmp_path: Path)
                                  "string ('soon')")
     else:
         raise AssertionError("accepted")
+
+
+def test_a_base_time_in_the_future_is_said(corpus: Path, tmp_path: Path) -> None:
+    """baseTimeNanoseconds 2e18 (year 2033) moves every time 30 years later: plausible enough
+    to convert, so the conversion says it and the ET's metadata keeps it (inspect shows it)."""
+    import gzip
+    import json
+
+    from chakra_hooks.convert import convert_paths
+    from chakra_hooks.converter.etio import read_et
+
+    doc = json.loads(gzip.open(corpus / "kineto_only" / "b200_eager_rank0.json.gz").read())
+    doc["baseTimeNanoseconds"] = 2 * 10**18
+    (tmp_path / "k.json").write_text(json.dumps(doc))
+    said: list[str] = []
+    convert_paths([tmp_path / "k.json"], tmp_path / "out", progress=False, warn=said.append)
+    (line,) = [w for w in said if "after today" in w]
+    assert "k.json" in line and "events start on 2033-" in line
+    meta = read_et(tmp_path / "out" / "chakra.0.et").metadata
+    assert "starts 2033-" in str(meta)

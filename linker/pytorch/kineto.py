@@ -27,6 +27,7 @@ nanoseconds at once (``round(x * 1000)``; ints are scaled exactly) and, when the
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,6 +87,7 @@ _END_TRIES = 10_000
 _ROUND_LIMIT = float(1 << 62)  # |ns| below this: _ns rounds on C integers in the compiled build
 # Times beyond this are damage, not clocks (2^62 ns is the year 2116; the ET writes int64 ns).
 _TIME_LIMIT_NS = 1 << 62
+_DAY_NS = 86_400 * 10**9
 # The events array's stand-in when the rest of the document is checked: a value no trace has.
 _MARK = b'"\\u0000chakra-hooks: traceEvents"'
 _MARK_VALUE = msgspec.json.decode(_MARK)
@@ -128,6 +130,14 @@ class KinetoTrace:
         for cat in RUNTIME_CATS:
             out[cat] = (self.runtime, cat, None)
         return out
+
+    def starts_in_the_future(self) -> int | None:
+        """The first kept event's start (ns since the epoch) if it lies more than a day after
+        now: a wrong ``baseTimeNanoseconds`` or recording clock moved every time (one event
+        per list is enough, the whole clock moved)."""
+        firsts = [kept[0].start for kept in (self.host, self.runtime, self.device) if kept]
+        first = min(firsts, default=0)
+        return first if first > time.time_ns() + _DAY_NS else None
 
     @property
     def rank(self) -> int | None:

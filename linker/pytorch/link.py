@@ -46,6 +46,7 @@ from __future__ import annotations
 import importlib
 from bisect import bisect_left
 from collections import defaultdict
+from datetime import datetime, timezone
 from operator import attrgetter
 from pathlib import Path
 
@@ -685,6 +686,13 @@ class _Linker:
                 stats["duration_unknown"] = len(kt.unknown_dur)
                 trace.warnings.append(f"{kt.path}: {len(kt.unknown_dur)} events have no 'dur'; "
                                       "their nodes say duration_unknown (0 us, not measured)")
+            future = kt.starts_in_the_future()
+            if future is not None:
+                when = datetime.fromtimestamp(future / 1e9, timezone.utc).strftime("%Y-%m-%d")
+                trace.metadata["kineto_clock_suspect"] = f"starts {when}, after the conversion"
+                trace.warnings.append(f"{kt.path}: events start on {when}, after today: "
+                                      "baseTimeNanoseconds or the recording clock is wrong, and "
+                                      "times across files may not line up")
             pids = sorted([p for p in kt.pids if type(p) is int])
             if pids:
                 trace.metadata["kineto_pid"] = pids[0]

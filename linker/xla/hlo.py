@@ -11,6 +11,7 @@ replica groups (explicit ``{{0,1},{2,3}}`` or iota ``[G,S]<=[dims]T(perm)``) and
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ PRIMITIVE_TYPES: dict[int, str] = {
     23: "f8e4m3b11fnuz", 24: "f8e5m2fnuz", 25: "f8e4m3fnuz", 26: "s2", 27: "u2",
     28: "f8e4m3", 29: "f8e3m4", 30: "s1", 31: "u1", 32: "f4e2m1fn", 33: "f8e8m0fnu",
 }
+MAX_DEVICES = 1 << 24  # more devices than any job runs: beyond it a replica group is damage
 COLLECTIVES = frozenset({
     "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
     "ragged-all-to-all", "collective-broadcast",
@@ -195,7 +197,10 @@ def parse_shape(text: str, i: int = 0) -> tuple[Shape, int]:
     m = _DTYPE_RE.match(text, i)
     if m is None:
         raise HloParseError(f"a shape at column {i}, got {text[i:i + 30]!r}")
-    dims = tuple(int(d.strip().lstrip("<=")) for d in m.group(2).split(",") if d.strip())
+    try:
+        dims = tuple(int(d.strip().lstrip("<=")) for d in m.group(2).split(",") if d.strip())
+    except ValueError:
+        raise HloParseError(f"dimensions at column {i}, got {m.group(0)[:30]!r}") from None
     i = m.end()
     space = 0
     if text.startswith("{", i):
@@ -312,6 +317,8 @@ def mesh_groups(axes_text: str, listed_text: str) -> list[list[int]]:
     if not axes or any(name not in names for name in listed):
         raise HloParseError(f"replica_groups=mesh[{axes_text}] {{{listed_text}}}: axes do not fit")
     sizes = [size for _, size in axes]
+    if math.prod(sizes) > MAX_DEVICES:
+        raise HloParseError(f"replica_groups=mesh[{axes_text}]: more than {MAX_DEVICES} devices")
     strides = [1] * len(sizes)
     for k in range(len(sizes) - 2, -1, -1):
         strides[k] = strides[k + 1] * sizes[k + 1]
@@ -331,7 +338,8 @@ def iota_groups(num_groups: int, group_size: int, dims: list[int], perm: list[in
     total = 1
     for d in dims:
         total *= d
-    if total != num_groups * group_size or sorted(perm) != list(range(len(dims))):
+    if (total != num_groups * group_size or sorted(perm) != list(range(len(dims)))
+            or total > MAX_DEVICES):
         raise HloParseError(f"iota replica groups [{num_groups},{group_size}]<={dims}T{perm} do not fit")
     strides = [1] * len(dims)
     for k in range(len(dims) - 2, -1, -1):
@@ -376,7 +384,7 @@ def parse_hlo_text(text: str, source: str = "hlo text") -> HloModule:
             continue
         try:
             current.instructions.append(parse_instruction(line))
-        except HloParseError as err:
+        except (ValueError, IndexError) as err:  # HloParseError, or a number that is not one
             raise HloParseError(f"line {lineno}: {err}") from None
     if not module.computations:
         raise HloParseError("no computation found (expected 'ENTRY %name (...) -> ... {')")

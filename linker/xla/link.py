@@ -134,7 +134,7 @@ def _modules(space, job: RankJob, path: Path) -> dict[str, hlo.HloModule]:
             continue
         try:
             module = hlo.parse_hlo_text(Path(file).read_text(), source="hlo text")
-        except (OSError, hlo.HloParseError) as err:
+        except (OSError, UnicodeDecodeError, hlo.HloParseError) as err:
             raise TraceFormatError(file, "HLO text", f"an XLA HLO module ({err})") from None
         modules.setdefault(role[4:], module)
         modules.setdefault(module.name, module)

@@ -15,6 +15,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from fuzz_cases import FUZZ, convert_property, damage_bytes, damage_lines
+from hypothesis import given
+from hypothesis import strategies as st
 
 from chakra_hooks.convert import convert_paths
 from chakra_hooks.converter import etio, validate
@@ -181,3 +184,22 @@ def test_importing_the_collector_and_linker_does_not_import_jax() -> None:
             "chakra_hooks.linker.xla.discover; print('jax' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@given(data=st.data())
+@FUZZ
+def test_damaged_hlo_dumps(captured: tuple[Path, str], tmp_path_factory, data) -> None:
+    """The collector's HLO text dumps, damaged (lines dropped, duplicated, cut or altered; bytes
+    flipped): a conversion still succeeds or ends in one TraceFormatError line."""
+    import shutil
+
+    outdir, _ = captured
+    folder = tmp_path_factory.mktemp("hlofuzz") / "run"
+    shutil.copytree(outdir, folder)
+    name = data.draw(st.sampled_from(sorted(_manifest(folder)["files"]["hlo"])))
+    path = folder / name
+    if data.draw(st.booleans()):
+        path.write_text(damage_lines(path.read_text(), data))
+    else:
+        path.write_bytes(damage_bytes(path.read_bytes(), data))
+    convert_property(folder, folder.parent / "out")

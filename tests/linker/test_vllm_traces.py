@@ -83,7 +83,10 @@ def _record(**changes) -> dict:
     ({"format": kv.KV_FORMAT, "records": [{"kind": "store"}]}, "record 0", "keys range"),
     ({"format": kv.KV_FORMAT, "records": [_record(), _record(kind="copy")]}, "record 1",
      "kind one of"),
-    ({"format": kv.KV_FORMAT, "records": [_record(bytes=-1)]}, "record 0", "non-negative"),
+    ({"format": kv.KV_FORMAT, "records": [_record(bytes=-1)]}, "record 0",
+     "bytes: an integer from 0"),
+    ({"format": kv.KV_FORMAT, "records": [_record(layer="x")]}, "record 0",
+     "layer: an integer from -1"),
 ])
 def test_bad_kv_sidecar_names_file_and_record(tmp_path, doc, where, expected):
     path = _sidecar(tmp_path, doc)

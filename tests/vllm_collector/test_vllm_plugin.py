@@ -17,6 +17,9 @@ from chakra_hooks.converter.etio import read_et  # noqa: E402
 from chakra_hooks.converter.validate import validate  # noqa: E402
 from chakra_hooks.convert import convert_paths  # noqa: E402
 
+from fuzz_cases import FUZZ, convert_property, damage_bytes, mutate_tree  # noqa: E402
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 from tiny_models import prompt  # noqa: E402
 
 PROMPTS = [prompt(0, 40), prompt(100, 17)]
@@ -155,16 +158,24 @@ def _store_then_load(model: Path, folder: Path, transfer) -> tuple[list, list]:
     return first, again
 
 
-def test_kv_connector_store_then_load(tiny_llama, tmp_path):
+@pytest.fixture(scope="module")
+def kv_capture(tiny_llama, tmp_path_factory) -> tuple[Path, list, list]:
+    """A capture through ChakraKVConnector around ExampleConnector: store, then load."""
+    tmp = tmp_path_factory.mktemp("kv")
+    store = {"shared_storage_path": str(tmp / "kv")}
+    transfer = _kv_config({"kv_connector": "ExampleConnector", "kv_role": "kv_both",
+                           "kv_connector_extra_config": store})
+    folder = tmp / "capture"
+    first, again = _store_then_load(tiny_llama, folder, transfer)
+    return folder, first, again
+
+
+def test_kv_connector_store_then_load(tiny_llama, kv_capture, tmp_path):
     config = json.loads((tiny_llama / "config.json").read_text())
     head = config["hidden_size"] // config["num_attention_heads"]
     slot_bytes = 2 * config["num_key_value_heads"] * head * 4  # K and V, fp32
     block = 32
-    store = {"shared_storage_path": str(tmp_path / "kv")}
-    transfer = _kv_config({"kv_connector": "ExampleConnector", "kv_role": "kv_both",
-                           "kv_connector_extra_config": store})
-    folder = tmp_path / "capture"
-    first, again = _store_then_load(tiny_llama, folder, transfer)
+    folder, first, again = kv_capture
     assert first == again  # the KV loaded back gives the same greedy tokens
     convert_paths([folder], tmp_path / "chakra", progress=False)
     nodes = _nodes(tmp_path / "chakra")
@@ -190,6 +201,23 @@ def test_kv_connector_store_then_load(tiny_llama, tmp_path):
     shown = summarize("chakra.0.et", et.metadata, et.nodes).kv
     assert shown == {"loads": 1, "stores": len(stores), "load_bytes": a["tensor_size"],
                      "store_bytes": sum(_attrs(n)["tensor_size"] for n in stores)}
+
+
+@FUZZ
+@given(data=st.data())
+def test_damaged_kv_sidecar(kv_capture, tmp_path_factory, data):
+    """The KV sidecar of the real capture, damaged (a record's field set to a hostile value,
+    records dropped or duplicated, bytes cut or flipped): a success or one error line."""
+    import shutil
+
+    folder = tmp_path_factory.mktemp("kvfuzz") / "capture"
+    shutil.copytree(kv_capture[0], folder)
+    (path,) = folder.glob("*.kv.json")
+    if data.draw(st.booleans()):
+        path.write_text(json.dumps(mutate_tree(json.loads(path.read_text()), data)))
+    else:
+        path.write_bytes(damage_bytes(path.read_bytes(), data))
+    convert_property(folder, folder.parent / "out")
 
 
 def test_plugin_inactive_without_profiler(tiny_llama, tmp_path, monkeypatch):
