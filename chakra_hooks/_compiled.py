@@ -33,7 +33,7 @@ COMPILED = (
     ("chakra_hooks.linker.pytorch.edges", "linker/pytorch/edges.py"),
     ("chakra_hooks.linker.pytorch.waits", "linker/pytorch/waits.py"),
     ("chakra_hooks.linker.pytorch.link", "linker/pytorch/link.py"),
-    ("chakra_hooks.linker.gaps", "linker/gaps.py"),
+    ("chakra_hooks.linker.enrich.gaps", "linker/enrich/gaps.py"),
     ("chakra_hooks.linker.xla.xspace", "linker/xla/xspace.py"),
     ("chakra_hooks.linker.xla.devices", "linker/xla/devices.py"),
     ("chakra_hooks.linker.xla.link", "linker/xla/link.py"),
@@ -43,7 +43,7 @@ COMPILED = (
     ("chakra_hooks.converter.graph", "converter/graph.py"),
     ("chakra_hooks.converter.wire", "converter/wire.py"),
     ("chakra_hooks.converter.etio", "converter/etio.py"),
-    ("chakra_hooks.converter.inspect", "converter/inspect.py"),
+    ("chakra_hooks.converter.summary", "converter/summary.py"),
 )
 PURE_ENV = "CHAKRA_HOOKS_PURE_PYTHON"
 _NAMES = frozenset(name for name, _ in COMPILED)

@@ -10,7 +10,10 @@ import click
 import orjson
 
 from chakra_hooks import __version__
-from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.common.errors import TraceFormatError
+from chakra_hooks.converter.targets import ALIASES, NAMES as TARGET_NAMES, Target, parse_target
+
+TARGET_ALIASES = tuple(ALIASES)
 
 ET_SUFFIXES = (".et", ".et.gz")
 
@@ -69,8 +72,10 @@ def main() -> None:
 @click.option("-o", "--output", "outdir", required=True, type=click.Path(file_okay=False),
               help="Folder for <prefix>.<rank>.et and comm_group.json.")
 @click.option("--prefix", default="chakra", show_default=True, help="Output file prefix.")
-@click.option("--target", type=click.Choice(["full", "astra-sim"]), default="full", show_default=True,
-              help="full: every node kind, for analysis and replay; astra-sim: only what ASTRA-sim runs.")
+@click.option("--target", type=click.Choice(TARGET_NAMES), default=Target.FULL.value,
+              show_default=True,
+              help="full: every node kind, for analysis and replay; astra-sim: only what ASTRA-sim "
+                   "runs, and its network fitted to the run.")
 @click.option("--json", "write_json", is_flag=True, help="Also write ASTRA-sim's JSON workload twin of each ET.")
 @click.option("--keep-mem", is_flag=True, help="With --target astra-sim: keep MEM_LOAD/MEM_STORE nodes.")
 @click.option("--overwrite", is_flag=True,
@@ -95,14 +100,15 @@ def convert(inputs: tuple[str, ...], outdir: str, prefix: str, target: str, writ
             executor: str, ray_address: str | None) -> None:
     """Convert traces (files or folders) into one Chakra ET per rank."""
     from chakra_hooks.convert import convert_paths
+    from chakra_hooks.converter.options import ConvertOptions
 
     def warn(message: str) -> None:
         click.echo(f"chakra-hooks: warning: {message}", err=True)
 
-    result = convert_paths(inputs, outdir, prefix=prefix, target=target, write_json=write_json,
-                           keep_mem=keep_mem, gaps=not no_gaps, workers=jobs, warn=warn,
-                           overwrite=overwrite, force_pair=force_pair, executor=executor,
-                           ray_address=ray_address)
+    options = ConvertOptions(prefix=prefix, target=target, write_json=write_json,
+                             keep_mem=keep_mem, gaps=not no_gaps, force_pair=force_pair)
+    result = convert_paths(inputs, outdir, options, workers=jobs, warn=warn, overwrite=overwrite,
+                           executor=executor, ray_address=ray_address)
     click.echo(_table(result))
 
 
@@ -231,7 +237,7 @@ def whatif(files: tuple[str, ...], comm: tuple[str, ...], compute: str | None,
 def inspect(files: tuple[str, ...], as_json: bool) -> None:
     """Summarise Chakra ET files (or the ETs in a folder)."""
     from chakra_hooks.converter import etio
-    from chakra_hooks.converter import inspect as summary
+    from chakra_hooks.converter import summary
 
     per_rank = []
     for path in _et_files(files):
@@ -247,7 +253,8 @@ def inspect(files: tuple[str, ...], as_json: bool) -> None:
 @cli.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="One JSON report per file, one per line.")
-@click.option("--target", type=click.Choice(["full", "astra-sim", "chakra"]), default="full",
+@click.option("--target", type=click.Choice([*TARGET_NAMES, *TARGET_ALIASES]),
+              default=Target.FULL.value,
               show_default=True,
               help="As convert's: full (the Chakra rules; 'chakra' is an older name of it); "
                    "astra-sim: also what the simulator refuses (METADATA/MEM nodes, unsimulated "
@@ -276,8 +283,7 @@ def validate(files: tuple[str, ...], as_json: bool, target: str, limit: int) -> 
                                          "problems": [{"check": "read", "node": None,
                                                        "message": str(exc)}]}).decode())
             continue
-        report = check(str(path), et.metadata, et.nodes,
-                       target="chakra" if target == "full" else target)
+        report = check(str(path), et.metadata, et.nodes, target=target)
         failed |= not report.ok
         rank = _rank_order(path)[1]
         if rank >= 0:
@@ -289,7 +295,7 @@ def validate(files: tuple[str, ...], as_json: bool, target: str, limit: int) -> 
             }).decode())
             continue
         _print_report(path, report, limit)
-    if target == "astra-sim" and len(run) > 1:
+    if parse_target(target) == Target.ASTRA_SIM and len(run) > 1:
         failed |= _validate_run(files, run, as_json)
     sys.exit(1 if failed else 0)
 
@@ -309,7 +315,7 @@ def _print_report(path: Path, report, limit: int) -> None:
 
 def _validate_run(files: tuple[str, ...], run: dict[int, object], as_json: bool) -> bool:
     """Cross-rank checks; True when there is a problem."""
-    from chakra_hooks.converter.run import check_run
+    from chakra_hooks.converter.targets.astra_sim.run_rules import check_run
 
     folder = Path(files[0]) if Path(files[0]).is_dir() else Path(files[0]).parent
     group_file = folder / "comm_group.json"

@@ -11,30 +11,28 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import orjson
 
 from chakra_hooks import storage
-from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.common.errors import TraceFormatError
+from chakra_hooks.converter.options import ConvertOptions
+from chakra_hooks.converter.targets import all_files, rules
 from chakra_hooks.executors import job_memory, make_executor, progress_bar
 from chakra_hooks.linker.gc_pause import gc_paused
 from chakra_hooks.linker.model import LinkedTrace
 from chakra_hooks.linker.sources import DISCOVERERS, LOADERS, RankJob
-from chakra_hooks.progress import reached
+from chakra_hooks.common.progress import reached
 
 if TYPE_CHECKING:
-    from chakra_hooks.converter.inspect import Tally
+    from chakra_hooks.converter.summary import Tally
 
 OUTPUT_SUFFIXES = (".et", ".et.gz")
 LINKED = 0.65  # share of a job's conversion done when its traces are linked (progress bar)
 COMM_GROUP_FILE = "comm_group.json"
-# Written beside the ETs of --target astra-sim: the network fitted to the measured collectives
-# and the system layer it assumes (converter/astra_network.py).
-ASTRA_FILES = ("astra_network.yml", "astra_system.json")
-FIXED_NAMES = (COMM_GROUP_FILE, *ASTRA_FILES)
 
 
 @dataclass
@@ -43,7 +41,7 @@ class RankResult:
 
     rank: int
     files: list[str]
-    summary: dict[str, object]  # converter.inspect.Summary.to_json()
+    summary: dict[str, object]  # converter.summary.Summary.to_json()
     stats: dict[str, float | int]
     groups: dict[int, list[int]]
     warnings: list[str]
@@ -96,54 +94,46 @@ def discover(inputs: Sequence[str | os.PathLike], warn: Callable[[str], None]) -
     return sorted(jobs, key=lambda job: (job.rank is None, job.rank if job.rank is not None else 0))
 
 
-def convert_job(job: RankJob, staging: str, prefix: str, target: str, write_json: bool,
-                keep_mem: bool, gaps: bool = True) -> list[RankResult]:
+def convert_job(job: RankJob, staging: str, options: ConvertOptions) -> list[RankResult]:
     """Load one job, build and write its graphs. Runs in a worker process (which fetches a
     remote job's files itself and uploads its ETs to a remote staging prefix: storage.py)."""
     with storage.local_job(job) as job, storage.local_staging(staging) as where:
-        return _convert_local_job(job, where, prefix, target, write_json, keep_mem, gaps)
+        return _convert_local_job(job, where, options)
 
 
-def _convert_local_job(job: RankJob, staging: str, prefix: str, target: str, write_json: bool,
-                       keep_mem: bool, gaps: bool) -> list[RankResult]:
+def _convert_local_job(job: RankJob, staging: str, options: ConvertOptions) -> list[RankResult]:
+    """read -> link -> enrich (the format's loader, linker/sources.py), then per linked trace:
+    the target's preparation -> the graph -> the file."""
     loader = _resolve(LOADERS[job.format])
     with gc_paused():  # conversion builds millions of objects, none in a reference cycle
         traces = loader(job)
         reached(LINKED)
         results = []
         for done, trace in enumerate(traces, 1):
-            results.append(_convert_trace(trace, job, staging, prefix, target, write_json, keep_mem,
-                                          gaps))
+            results.append(_convert_trace(trace, job, staging, options))
             reached(LINKED + (1 - LINKED) * done / len(traces))
         return results
 
 
-def _convert_trace(trace: LinkedTrace, job: RankJob, staging: str, prefix: str, target: str, write_json: bool,
-                   keep_mem: bool, gaps: bool = True) -> RankResult:
+def _convert_trace(trace: LinkedTrace, job: RankJob, staging: str,
+                   options: ConvertOptions) -> RankResult:
     from chakra_hooks.converter import etio, graph
-    from chakra_hooks.linker.gaps import add_gaps, add_window_anchor
 
-    # The slack between ops, so that the ET replays to the measured span. ASTRA-sim's
-    # analytical backend runs one host op and one device op at a time, so its slack is counted
-    # per resource, not per lane, with the durations it will replay (linker/gaps.py).
-    if gaps:
-        if target == "astra-sim":
-            add_gaps(trace, per_resource=True,
-                     replay_dur=graph.astra_sim_replay_dur(trace.ops, keep_mem))
-            add_window_anchor(trace)
-        else:
-            add_gaps(trace)
-    chakra = graph.build_graph(trace, target=target, keep_mem=keep_mem, consume=True)
-    path = Path(staging) / f"{prefix}.{trace.rank}.et"
+    target = rules(options.target)
+    target.prepare(trace, options)  # e.g. the slack gaps, as this target replays them
+    chakra = graph.build_graph(trace, target=options.target, keep_mem=options.keep_mem,
+                               consume=True)
+    path = Path(staging) / f"{options.prefix}.{trace.rank}.et"
     etio.write_et(path, chakra.metadata, chakra.bodies)
     files = [path.name]
-    if write_json:
+    if options.write_json:
         json_path = path.with_suffix(".json")
         etio.write_workload_json(json_path, chakra.nodes)
         files.append(json_path.name)
     summary = chakra.tally.summary(path.name, chakra.metadata).to_json()
-    # What the rules across ranks may rewrite (see _harmonize_run).
-    collectives = [(i, chakra.bodies[i]) for i in chakra.collectives] if target == "astra-sim" else []
+    # What the target's rules across ranks may rewrite (its finish_run).
+    collectives = ([(i, chakra.bodies[i]) for i in chakra.collectives]
+                   if target.NEEDS_RUN_COLLECTIVES else [])
     return RankResult(trace.rank, files, summary, {**trace.stats, **chakra.stats},
                       chakra.groups, chakra.warnings, job.describe(), collectives, chakra.others_tally)
 
@@ -160,19 +150,22 @@ def _merge_groups(results: list[RankResult]) -> tuple[dict[int, list[int]], list
     return dict(sorted(groups.items())), problems
 
 
-def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike, *, prefix: str = "chakra",
-                  target: str = "full", write_json: bool = False, keep_mem: bool = False,
-                  gaps: bool = True, workers: int | None = None, progress: bool | None = None,
-                  warn: Callable[[str], None] | None = None, overwrite: bool = False,
-                  force_pair: bool = False, executor: str = "local",
-                  ray_address: str | None = None) -> ConvertResult:
+def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike,
+                  options: ConvertOptions | None = None, *, workers: int | None = None,
+                  progress: bool | None = None, warn: Callable[[str], None] | None = None,
+                  overwrite: bool = False, executor: str = "local",
+                  ray_address: str | None = None, **changes: object) -> ConvertResult:
     """Convert every rank found in ``inputs`` into ``outdir``. Raises TraceFormatError on bad
     input, and when ``outdir`` holds an earlier conversion's files (``overwrite``: replace
-    them; other files are never touched). Writes everything or nothing. ``force_pair``: link
-    an ET and a Kineto trace even when too few ops match for them to be one run.
-    ``executor``: "local" (processes on this machine, ``workers`` of them) or "ray" (a task
-    per rank on the Ray cluster at ``ray_address``, else ``RAY_ADDRESS``, else a local Ray;
-    every node must see the inputs and the output folder)."""
+    them; other files are never touched). Writes everything or nothing.
+
+    What is written: ``options``, with any of its fields given as keywords instead
+    (``target="astra-sim"``, ``prefix=...``: converter/options.py). How: ``executor`` "local"
+    (processes on this machine, ``workers`` of them) or "ray" (a task per rank on the Ray
+    cluster at ``ray_address``, else ``RAY_ADDRESS``, else a local Ray; every node must see
+    the inputs and the output folder)."""
+    options = replace(options or ConvertOptions(), **changes)
+    prefix = options.prefix
     warnings: list[str] = []
 
     def note(message: str) -> None:
@@ -213,7 +206,7 @@ def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike
                       if path.resolve() in mirrored}
             if remote:
                 job.options["remote"] = remote
-            if force_pair:  # link ET + Kineto pairs however few ops match (linker/pytorch/link.py)
+            if options.force_pair:  # link ET + Kineto however few ops match (linker/pytorch/link.py)
                 job.options["force_pair"] = True
         _refuse_duplicate_ranks([(job.rank, job.describe()) for job in jobs if job.rank is not None],
                                 inputs)
@@ -229,7 +222,7 @@ def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike
                                        f"({exc.strerror or exc})") from None
         runner = make_executor(executor, workers, len(jobs), progress, ray_address)
         bar = progress_bar(len(jobs), progress)
-        args = [(job, staging, prefix, target, write_json, keep_mem, gaps) for job in jobs]
+        args = [(job, staging, options) for job in jobs]
         try:
             if executor == "ray":
                 per_job = runner.map(convert_job, args, bar, memory=[job_memory(j) for j in jobs])
@@ -245,10 +238,8 @@ def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike
         for result in results:
             for message in result.warnings:
                 note(f"rank {result.rank}: {message}")
-        if target == "astra-sim":
-            # The full target keeps every group as recorded (torch's default group is "0");
-            # ASTRA-sim needs them renumbered and sizes agreeing across ranks.
-            groups = _harmonize_run(staging, results, groups, write_json, note, runner)
+        groups = rules(options.target).finish_run(staging, results, groups, options, note,
+                                                  runner)
         comm_group = None
         if groups:
             data = orjson.dumps({str(k): v for k, v in groups.items()}, option=orjson.OPT_INDENT_2)
@@ -294,6 +285,8 @@ def _ours(names: list[str], prefix: str | None = None) -> list[str]:
     """Of a folder's file names, those a conversion (with ``prefix``: one writing that prefix)
     writes: ``--prefix foo --overwrite`` replaces foo's ETs, never another prefix's."""
     present = set(names)
+    # beside the ETs: the process groups, and what a target writes (ASTRA-sim's network...)
+    fixed = (COMM_GROUP_FILE, *all_files())
 
     def et_of_prefix(name: str) -> bool:
         if not name.endswith(OUTPUT_SUFFIXES):
@@ -302,91 +295,9 @@ def _ours(names: list[str], prefix: str | None = None) -> list[str]:
         head, _, rank = stem.rpartition(".")
         return prefix is None or (head == prefix and rank.isdigit())
 
-    return [name for name in names if et_of_prefix(name) or name in FIXED_NAMES
+    return [name for name in names if et_of_prefix(name) or name in fixed
             or (name.endswith(".json") and name[:-5] + ".et" in present
                 and et_of_prefix(name[:-5] + ".et"))]  # an ET's JSON twin
-
-
-def _harmonize_run(staging: str, results: list[RankResult], groups: dict[int, list[int]],
-                   write_json: bool, note: Callable[[str], None], runner) -> dict[int, list[int]]:
-    """Make the staged ETs agree across ranks as ASTRA-sim needs (converter/run.py), in a
-    second round: the plan is made here from the collectives the workers handed over (each
-    rank's COMM_COLL nodes), and each rank's file is rewritten by a task of ``runner``
-    (:func:`rewrite_collectives`), which replaces those records and copies every other one as
-    written. Only the collectives travel, never whole ETs. (Reading, rewriting and recounting
-    every node took a fifth of a ResNet rank's whole conversion.)"""
-    from chakra_hooks.converter import etio, run
-
-    nodes = {r.rank: list(etio.decode_bodies([body for _, body in r.collectives])) for r in results}
-    new_groups = run.harmonize(nodes, groups, note)
-    run.align_windows(nodes, note)
-    _write_astra_network(staging, nodes, new_groups, len(results))
-    tasks = []
-    for result in results:
-        bodies = [(index, node.SerializeToString())
-                  for (index, _), node in zip(result.collectives, nodes.pop(result.rank))]
-        tasks.append((f"{staging}/{result.files[0]}",
-                      f"{staging}/{result.files[1]}" if write_json else None,
-                      bodies, result.others_tally))
-    for result, summary in zip(results, runner.map(rewrite_collectives, tasks)):
-        result.summary = summary
-    return new_groups
-
-
-def _write_astra_network(staging: str, nodes: dict[int, list], groups: dict[int, list[int]],
-                         ranks: int) -> None:
-    """ASTRA-sim's network fitted to the run's measured collectives, and the system layer the
-    fit assumes (converter/astra_network.py), beside the ETs."""
-    from chakra_hooks.converter import astra_network
-    from chakra_hooks.converter.attrs import attr_dict, value_of
-    from chakra_hooks.converter.schema import COMM_COLL
-    from chakra_hooks.converter.stats import node_times
-
-    npus = max(ranks, 2)  # the analytical backend needs two NPUs (astra-run replicates one)
-    samples = []
-    for rank_nodes in nodes.values():
-        for node in rank_nodes:
-            if node.type != COMM_COLL:
-                continue
-            attrs = attr_dict(node)
-            group = str(value_of(attrs["pg_name"])) if "pg_name" in attrs else ""
-            members = groups.get(int(group), ()) if group.isdigit() and group != "0" else ()
-            samples.append(astra_network.Sample(
-                int(value_of(attrs["comm_type"])), int(value_of(attrs["comm_size"])),
-                len(members) or npus, node_times(node, attrs)[1] * 1000))
-    network = astra_network.fit(samples)
-    with storage.local_staging(staging) as where:
-        Path(where, astra_network.NETWORK_FILE).write_text(network.yaml(npus))
-        Path(where, astra_network.SYSTEM_FILE).write_bytes(
-            orjson.dumps(astra_network.SYSTEM, option=orjson.OPT_INDENT_2))
-
-
-def rewrite_collectives(path: str, json_path: str | None, bodies: list[tuple[int, bytes]],
-                        others_tally: Tally) -> dict[str, object]:
-    """Put a rank's new collective records (``bodies``: place among the file's nodes, record)
-    in place of the old ones in the ET at ``path`` (and its JSON twin); returns the file's
-    summary: ``others_tally`` (the worker's count of every other node) plus the new records.
-    One file is in memory at a time. Runs in a worker."""
-    from chakra_hooks.converter import etio, inspect
-    from chakra_hooks.converter.schema import GlobalMetadata, Node
-    from chakra_hooks.converter.wire import encode_varint
-
-    name = Path(path).name
-    with storage.local_copy(path) as local:
-        buf, compressed = etio.read_bytes(local)
-        frames = etio.split_frames(buf, local)
-        del buf
-        tally = inspect.Tally()
-        tally.merge(others_tally)
-        for index, body in bodies:
-            frames[index + 1] = encode_varint(len(body)) + body
-            tally.add_node(Node.FromString(body), name, index, check=False)
-        etio.atomic_write(local, frames, compressed)
-    metadata = GlobalMetadata.FromString(etio.frame_body(frames[0]))
-    if json_path is not None:
-        with storage.local_copy(json_path) as local_json:
-            etio.write_workload_json(local_json, etio.decode_frames(frames, path)[1])
-    return tally.summary(name, metadata).to_json()
 
 
 def _refuse_duplicate_ranks(ranks: list[tuple[int, str]], inputs: Sequence[str | os.PathLike]

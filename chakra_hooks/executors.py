@@ -2,7 +2,7 @@
 
 Both run the same two rounds of plain functions on plain arguments: one task per rank job
 (:func:`chakra_hooks.convert.convert_job`), then, for ``--target astra-sim``, one task per rank
-rewriting that rank's collectives (:func:`chakra_hooks.convert.rewrite_collectives`); the
+rewriting that rank's collectives (converter/targets/astra_sim ``rewrite_collectives``); the
 driver only hands out job descriptions and gathers small results (summaries, the
 collectives' nodes). Progress is counted in ranks in one bar: fractions of a job from local
 workers, whole jobs from Ray.
@@ -19,8 +19,8 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from chakra_hooks.errors import TraceFormatError
-from chakra_hooks.progress import reporting_to
+from chakra_hooks.common.errors import TraceFormatError
+from chakra_hooks.common.progress import reporting_to
 
 # Peak memory of a job is about 1.5x its input (benchmarks/bench_convert.py); Ray is told a
 # little more, and never less than a floor, so that a node is not handed more jobs than fit.

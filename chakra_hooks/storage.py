@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.common.errors import TraceFormatError
 
 HEAD_BYTES = 65536  # what linker/pytorch/discover.py sniffs
 WHOLE_BELOW = 1 << 20  # files this small (manifests, sidecars) are copied whole

@@ -24,7 +24,7 @@ from pathlib import Path
 import orjson
 from google.protobuf.message import DecodeError
 
-from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.common.errors import TraceFormatError
 
 from .attrs import value_of
 from .schema import GlobalMetadata, Node, NodeStream

@@ -3,7 +3,7 @@
 # method lookup, and reads the op's fields directly; resolving edges uses its dicts, sets and
 # lists through direct C calls.
 cimport cython
-from chakra_hooks.converter.inspect cimport Tally
+from chakra_hooks.converter.summary cimport Tally
 from chakra_hooks.converter.wire cimport NodeEncoder
 from chakra_hooks.linker.model cimport Edge, Op, TensorIO
 

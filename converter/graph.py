@@ -5,13 +5,9 @@ ops and edges onto Chakra nodes, with the attribute oneofs consumers read, and g
 every consumer needs: unique ids, every dependency naming a node of the same file, no
 self-dependency, no cycle.
 
-Targets:
-- ``full``: everything the linked trace holds (METADATA, MEM_LOAD / MEM_STORE, every collective
-  type), for analysis and replay tools.
-- ``astra-sim``: only what ASTRA-sim accepts. METADATA nodes are dropped and their dependants
-  inherit their dependencies; MEM nodes become COMP nodes of the same duration (unless
-  ``keep_mem``); collectives ASTRA-sim does not simulate become COMP nodes replayed from their
-  measured duration. Timing and dependencies are kept.
+What a reader of the ETs accepts (which ops, of which kinds) is its target's rule
+(converter/targets/): the ops come here retargeted; a dependency on an op the target dropped
+goes to that op's own dependencies.
 """
 
 from __future__ import annotations
@@ -20,22 +16,21 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from chakra_hooks import __version__
-from chakra_hooks.linker.model import PS_PER_US, CommType, EdgeKind, LinkedTrace, Op, OpKind
+from chakra_hooks.linker.model import PS_PER_US, EdgeKind, LinkedTrace, Op, OpKind
 
 from .attrs import make_attr
 from .dag import unfinished_nodes
 from .etio import decode_bodies
-from .inspect import UNKNOWN_ATTRS, Tally
 from .schema import GlobalMetadata, Node, NodeType
+from .summary import UNKNOWN_ATTRS, Tally
+from .targets import Target, parse_target, rules
 from .wire import NodeEncoder
 
 CHAKRA_SCHEMA_VERSION = "0.0.4"
-TARGETS = ("full", "astra-sim")
 # Enum members read per op or per edge, bound once: reading one off its class goes through
 # EnumType's __getattr__ hook, about ten times the cost of a module global.
 _DATA, _HOST_ORDER, _PARENT = EdgeKind.DATA, EdgeKind.HOST_ORDER, EdgeKind.PARENT
-_COMPUTE, _COLLECTIVE, _METADATA = OpKind.COMPUTE, OpKind.COLLECTIVE, OpKind.METADATA
-_MEM_KINDS = frozenset({OpKind.MEM_LOAD, OpKind.MEM_STORE})
+_COLLECTIVE = OpKind.COLLECTIVE
 
 _NODE_TYPE = {
     OpKind.COMPUTE: NodeType.Value("COMP_NODE"),
@@ -47,10 +42,6 @@ _NODE_TYPE = {
     OpKind.METADATA: NodeType.Value("METADATA_NODE"),
 }
 _COMM_KINDS = frozenset({OpKind.COLLECTIVE, OpKind.SEND, OpKind.RECV})
-# Collectives ASTRA-sim simulates, plus BROADCAST, which it replays from the node's duration.
-ASTRA_SIM_COLLECTIVES = frozenset({CommType.ALL_REDUCE, CommType.ALL_GATHER, CommType.ALL_TO_ALL,
-                                   CommType.REDUCE_SCATTER, CommType.BROADCAST})
-
 
 @dataclass
 class ChakraGraph:
@@ -60,12 +51,12 @@ class ChakraGraph:
     metadata: GlobalMetadata
     bodies: list[bytes]  # each node's serialised Node message, in file order
     groups: dict[int, list[int]]
-    tally: Tally  # what inspect.summarize would count in the nodes, counted as they were made
+    tally: Tally  # what summary.summarize would count in the nodes, counted as they were made
     stats: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
-    # Where the COMM_COLL nodes (and the window anchor, linker/gaps.add_window_anchor) are in
+    # Where the COMM_COLL nodes (and the window anchor, linker/enrich/gaps.add_window_anchor) are in
     # ``bodies``, and the tally of every other node: what rules across a run's ranks
-    # (converter/run.py, chakra_hooks/convert.py), which rewrite only those, leave as is.
+    # (converter/targets/astra_sim), which rewrite only those, leave as is.
     collectives: list[int] = field(default_factory=list)
     others_tally: Tally = field(default_factory=Tally)
     _nodes: Sequence[Node] | None = field(default=None, repr=False)
@@ -83,16 +74,15 @@ def round_us(ps: int) -> int:
     return (ps + PS_PER_US // 2) // PS_PER_US
 
 
-def build_graph(trace: LinkedTrace, target: str = "full", keep_mem: bool = False,
+def build_graph(trace: LinkedTrace, target: str | Target = Target.FULL, keep_mem: bool = False,
                 consume: bool = False) -> ChakraGraph:
     """Turn one linked trace into one Chakra graph.
 
     ``consume=True`` releases each op as soon as its node exists (the trace is emptied), so
     that the ops and the nodes, of similar size, are never both whole in memory.
     """
-    if target not in TARGETS:
-        raise ValueError(f"unknown target {target!r}; expected one of {', '.join(TARGETS)}")
-    ops = _retarget(trace.ops, target, keep_mem)
+    target = parse_target(target)
+    ops = rules(target).retarget(trace.ops, keep_mem)
     deps, stats = _resolve_edges(trace, {op.uid: op for op in ops})
     exact_unit = "ns" if all(_whole_ns(op) for op in ops) else "ps"
     stats.update(ops=len(trace.ops))
@@ -121,64 +111,6 @@ def build_graph(trace: LinkedTrace, target: str = "full", keep_mem: bool = False
 
 def _whole_ns(op: Op) -> bool:
     return (op.start_ps or 0) % 1000 == 0 and (op.dur_ps or 0) % 1000 == 0
-
-
-def _retarget(ops: list[Op], target: str, keep_mem: bool) -> list[Op]:
-    """The ops to emit, with kinds changed where the target does not accept them.
-
-    ASTRA-sim runs one compute node at a time per NPU. What it cannot run as it was (a
-    collective of a type it does not simulate, or of unknown size; a copy when MEM nodes are
-    off) becomes a COMP node; where that op ran beside compute in the trace (a collective on
-    its own stream, a copy on a copy engine or TPU "Async XLA Ops"), replayed as compute for its
-    full time it would serialise with everything else (a TPU trace ran 3.5x long that way), so
-    it is replayed in zero time (:func:`astra_sim_replay_dur`), its measured time kept in
-    ``overlapped_duration_ps``; the gaps were computed with that zero (linker/gaps.py), so the
-    ops that waited for it still start when they did.
-    """
-    if target == "full":
-        return ops
-    replay_dur = astra_sim_replay_dur(ops, keep_mem)
-    out: list[Op] = []
-    for op in ops:
-        kind = op.kind
-        if kind == _METADATA:
-            continue
-        if _astra_sim_as_compute(op, keep_mem):
-            attrs = dict(op.attrs, replayed_as_compute=kind.name)
-            dur_ps = replay_dur(op)
-            if op.dur_ps and not dur_ps:
-                attrs["overlapped_duration_ps"] = op.dur_ps
-            op = Op(op.uid, op.name, _COMPUTE, op.on_device, op.lane, op.start_ps, dur_ps,
-                    None, op.bytes, op.flops, op.inputs, op.outputs, attrs)
-        out.append(op)
-    return out
-
-
-def _astra_sim_as_compute(op: Op, keep_mem: bool) -> bool:
-    """Whether ASTRA-sim gets ``op`` as a COMP node (it cannot run it as what it was)."""
-    kind = op.kind
-    if kind in _MEM_KINDS:
-        return not keep_mem
-    if kind in _COMM_KINDS and "comm_size_unknown" in op.attrs:
-        return True
-    return kind == _COLLECTIVE and (op.comm is None
-                                    or op.comm.comm_type not in ASTRA_SIM_COLLECTIVES)
-
-
-def astra_sim_replay_dur(ops: list[Op], keep_mem: bool = False):
-    """The duration ASTRA-sim replays each op for (``--target astra-sim``): the measured one,
-    except zero for a collective replayed as compute and for a copy replayed as compute on a
-    lane where no compute runs (module docstring of :func:`_retarget`)."""
-    compute_lanes = {op.lane for op in ops if op.kind == _COMPUTE}
-
-    def replay_dur(op: Op) -> int:
-        dur = op.dur_ps
-        if dur and _astra_sim_as_compute(op, keep_mem) and (
-                op.kind in _COMM_KINDS or op.lane not in compute_lanes):
-            return 0
-        return dur
-
-    return replay_dur
 
 
 def _resolve_edges(trace: LinkedTrace, kept: dict[int, Op]) -> tuple[dict[int, tuple[list, list]], dict]:
@@ -396,13 +328,13 @@ def _comm_attrs(op: Op) -> Iterable[tuple[str, object]]:
     yield "comm_tag", comm.tag
 
 
-def _make_metadata(trace: LinkedTrace, target: str, exact_unit: str) -> GlobalMetadata:
+def _make_metadata(trace: LinkedTrace, target: Target, exact_unit: str) -> GlobalMetadata:
     meta = GlobalMetadata(version=CHAKRA_SCHEMA_VERSION)
     fixed = {
         "producer": f"chakra-hooks {__version__}",
         "framework": trace.framework,
         "rank": trace.rank,
-        "target": target,
+        "target": target.value,
         "clock": trace.clock,
         "time_unit": "us (start_time_micros, duration_micros rounded half up)",
         "exact_time_unit": exact_unit,

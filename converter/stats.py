@@ -8,7 +8,7 @@ Per file (rank):
 - the critical path's time by kind: ``host`` (host COMP nodes), ``device`` (device COMP),
   ``comm`` (COMM nodes on the path: exposed), ``comm_overlapped_us`` (communication off the
   path), ``mem`` (MEM nodes), ``gap`` (``host_gap`` nodes: time between ops, see
-  linker/gaps.py);
+  linker/enrich/gaps.py);
 - ``top_ops``: the node names that hold most of the critical path;
 - ``idle``: per side (host threads, device streams), the time lanes sat idle between the
   window's start and their last op, split into ``explained`` (waiting for a dependency: a
@@ -29,7 +29,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from chakra_hooks.linker.gaps import GAP_NAME
+from chakra_hooks.linker.enrich.gaps import GAP_NAME
 
 from .attrs import attr_dict, value_of
 from .schema import COMM_COLL, COMM_RECV, COMM_SEND, MEM_LOAD, MEM_STORE, Node

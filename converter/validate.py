@@ -4,33 +4,28 @@ The rules come from formats.md section 1: what the reference reader and ASTRA-si
 with a file. ASTRA-sim silently skips nodes on a cycle or depending on themselves and still
 reports success, so "it ran" proves nothing; these checks are the second opinion.
 
-Two targets: ``chakra`` (any consumer: the schema and the attribute types) and ``astra-sim``
-(also what the simulator refuses: METADATA and MEM nodes, collectives it does not simulate).
+Per target (converter/targets/): ``full`` (any consumer: the schema and the attribute types;
+``chakra`` is an older name of it) and ``astra-sim`` (also what the simulator refuses: METADATA
+and MEM nodes, collectives it does not simulate, sizes not recorded).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from .attrs import CONSUMER_ONEOF, INTEGER_ONEOFS, attr_dict, oneof_of, value_of
 from .dag import unfinished_nodes
+from .targets import Target, rules
 from .schema import (COMM_COLL, COMM_TYPES, COMP, KNOWN_TYPES, CollectiveCommType, GlobalMetadata,
                      Node, NodeType)
 KNOWN_COMM_TYPES = frozenset(CollectiveCommType.values())
-ASTRA_SIM_REFUSED_TYPES = frozenset({
-    NodeType.Value("INVALID_NODE"), NodeType.Value("METADATA_NODE"),
-    NodeType.Value("MEM_LOAD_NODE"), NodeType.Value("MEM_STORE_NODE"),
-})
-# Simulated, or (BROADCAST) replayed from its duration; any other type aborts ASTRA-sim.
-ASTRA_SIM_COMM_TYPES = frozenset(CollectiveCommType.Value(n) for n in
-                                 ("ALL_REDUCE", "ALL_GATHER", "ALL_TO_ALL", "REDUCE_SCATTER", "BROADCAST"))
 # Attributes that account for a duration_micros of 0: the exact time (a sub-microsecond op
 # rounds to 0), or a producer saying the op was not measured (ours write duration_unknown).
 EXACT_DURATION_ATTRS = ("duration_ns", "duration_ps", "duration_unknown")
-TARGETS = ("chakra", "astra-sim")
 
 
 @dataclass(slots=True)
@@ -57,10 +52,10 @@ class Report:
         return out
 
 
-def validate(path: str, metadata: GlobalMetadata, nodes: Sequence[Node], target: str = "chakra") -> Report:
+def validate(path: str, metadata: GlobalMetadata, nodes: Sequence[Node],
+             target: str | Target = Target.FULL) -> Report:
     """All problems in one decoded ET."""
-    if target not in TARGETS:
-        raise ValueError(f"unknown validation target {target!r}; expected one of {', '.join(TARGETS)}")
+    target = rules(target)
     report = Report(path=path, nodes=len(nodes))
     add = report.problems.append
     _check_metadata(metadata, add)
@@ -90,7 +85,7 @@ def _check_ids(nodes: Sequence[Node], add) -> set[int]:
     return ids
 
 
-def _check_node(node: Node, ids: set[int], target: str, add) -> None:
+def _check_node(node: Node, ids: set[int], target: ModuleType, add) -> None:
     nid = node.id
     for kind, deps in (("data_deps", node.data_deps), ("ctrl_deps", node.ctrl_deps)):
         for dep in deps:
@@ -103,7 +98,7 @@ def _check_node(node: Node, ids: set[int], target: str, add) -> None:
         return
     if node.type == NodeType.Value("INVALID_NODE"):
         add(Problem("node-type", nid, "type INVALID_NODE (its dependants never run)"))
-    elif target == "astra-sim" and node.type in ASTRA_SIM_REFUSED_TYPES:
+    elif node.type in target.REFUSED_NODE_TYPES:
         add(Problem("astra-sim-type", nid, f"{NodeType.Name(node.type)} is refused by ASTRA-sim"))
     attrs = attr_dict(node)
     _check_attr_types(nid, attrs, add)
@@ -127,7 +122,7 @@ def _check_attr_types(nid: int, attrs: dict, add) -> None:
         add(Problem("attribute-type", nid, f"attribute {name!r} is {which}; consumers read {wanted}"))
 
 
-def _check_comm(node: Node, attrs: dict, target: str, add) -> None:
+def _check_comm(node: Node, attrs: dict, target: ModuleType, add) -> None:
     nid = node.id
     cpu = attrs.get("is_cpu_op")
     if cpu is not None and oneof_of(cpu) == "bool_val" and cpu.bool_val:
@@ -140,10 +135,10 @@ def _check_comm(node: Node, attrs: dict, target: str, add) -> None:
         comm_type = value_of(attrs["comm_type"])
         if comm_type not in KNOWN_COMM_TYPES:
             add(Problem("comm-type", nid, f"comm_type {comm_type!r} is not a CollectiveCommType"))
-        elif target == "astra-sim" and comm_type not in ASTRA_SIM_COMM_TYPES:
+        elif target.COMM_TYPES is not None and comm_type not in target.COMM_TYPES:
             add(Problem("astra-sim-comm-type", nid,
                         f"{CollectiveCommType.Name(comm_type)} is not simulated by ASTRA-sim (it aborts)"))
-    if target == "astra-sim" and "comm_size_unknown" in attrs:
+    if target.COMM_SIZE_REQUIRED and "comm_size_unknown" in attrs:
         add(Problem("comm-size-unknown", nid, f"{NodeType.Name(node.type)} whose size was not recorded "
                                               "(comm_size_unknown): a simulator would move 0 bytes"))
     pg = attrs.get("pg_name")

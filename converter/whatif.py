@@ -2,7 +2,7 @@
 
 Each rank's ET is replayed as a simulator without resource limits would: a node starts when
 all its dependencies (data and ctrl) have ended and lasts its duration; threads and streams
-keep their order through the ET's own order edges, and gaps (slack, linker/gaps.py) keep their
+keep their order through the ET's own order edges, and gaps (slack, linker/enrich/gaps.py) keep their
 length. Durations are changed by:
 
 - ``comm``: a factor for every communication node (COMM_COLL / SEND / RECV, host-side gloo
@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from chakra_hooks.linker.gaps import GAP_NAME
+from chakra_hooks.linker.enrich.gaps import GAP_NAME
 
 from .attrs import attr_dict, value_of
 from .schema import COMM_COLL, COMM_RECV, COMM_SEND, CollectiveCommType, Node

@@ -13,7 +13,7 @@ from pathlib import Path
 import msgspec
 import orjson
 
-from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.common.errors import TraceFormatError
 
 GZIP_MAGIC = b"\x1f\x8b"
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.common.errors import TraceFormatError
 
 
 def test_trace_format_error_survives_pickling() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from chakra_hooks.convert import LINKED, convert_paths
 from chakra_hooks.linker.pytorch.link import PROGRESS_ET_READ, PROGRESS_KINETO_READ, link
-from chakra_hooks.progress import reporting_to
+from chakra_hooks.common.progress import reporting_to
 
 
 def _counts(stderr: str, total: int) -> list[float]:

@@ -27,7 +27,7 @@ from hypothesis import strategies as st  # noqa: E402
 from chakra_hooks.converter import etio  # noqa: E402
 from chakra_hooks.converter.stats import rank_stats  # noqa: E402
 from chakra_hooks.converter.validate import validate  # noqa: E402
-from chakra_hooks.errors import TraceFormatError  # noqa: E402
+from chakra_hooks.common.errors import TraceFormatError  # noqa: E402
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 

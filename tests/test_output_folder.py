@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from chakra_hooks.convert import convert_paths
-from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.common.errors import TraceFormatError
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

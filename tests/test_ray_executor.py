@@ -14,7 +14,7 @@ import pytest
 ray = pytest.importorskip("ray", reason="Ray is not installed here (pip install 'chakra-hooks[ray]')")
 
 from chakra_hooks.convert import convert_paths  # noqa: E402
-from chakra_hooks.errors import TraceFormatError  # noqa: E402
+from chakra_hooks.common.errors import TraceFormatError  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from tile_dlrm import tile_dlrm  # noqa: E402

@@ -12,7 +12,7 @@ fsspec = pytest.importorskip("fsspec", reason="fsspec is not installed here (pip
 
 from chakra_hooks import storage  # noqa: E402
 from chakra_hooks.convert import convert_paths  # noqa: E402
-from chakra_hooks.errors import TraceFormatError  # noqa: E402
+from chakra_hooks.common.errors import TraceFormatError  # noqa: E402
 
 DLRM = "pytorch/v100_dlrm_8rank"
 

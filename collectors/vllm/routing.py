@@ -11,7 +11,7 @@ the window ends. At each engine step the buffer is snapshotted on the device and
 all snapshots are copied to the host once, when the window ends.
 
 Records use the PyTorch collector's sidecar format (``routing.rank<r>.json``, read by
-``linker/routing.py``): one per layer and engine step, the region being the engine step (the
+``linker/enrich/routing.py``): one per layer and engine step, the region being the engine step (the
 routing node sits at the step's end).
 """
 

@@ -33,7 +33,7 @@ from chakra_hooks.linker.model import CLOCK_TOLERANCE_PS, Edge, EdgeKind
 
 if TYPE_CHECKING:
     from chakra_hooks.linker.pytorch.kineto_events import KEvent
-    from chakra_hooks.linker.pytorch.link import _Linker
+    from chakra_hooks.linker.pytorch.link import PytorchLinker
 
 _PREFIXES = ("cuda", "hip")
 DEVICE_SYNC = {p + "DeviceSynchronize" for p in _PREFIXES} | {"cudaCtxSynchronize"}
@@ -97,7 +97,7 @@ class _Launches:
         return entry[1][i] if i >= 0 else None
 
 
-def add_sync_edges(linker: _Linker) -> None:
+def add_sync_edges(linker: PytorchLinker) -> None:
     if linker.kt is None or not linker.launches:
         return
     launches = _Launches(linker.launches)
@@ -179,7 +179,7 @@ def _exact_sync(record: KEvent, rt: KEvent, runtime_by_corr: dict, launches: _La
 
 
 def _wait_event(launches: _Launches, key: tuple, record_t: int | None, t: int,
-                linker: _Linker, ends: _DeviceEnds) -> None:
+                linker: PytorchLinker, ends: _DeviceEnds) -> None:
     """A stream told to wait for an event: the next op the thread launches waits for the op
     before the event's record on the recording stream. Where the trace does not say which
     stream recorded it (no ``cudaEventRecord`` in old traces, or the guess ends after the
@@ -214,7 +214,7 @@ def _wait_event(launches: _Launches, key: tuple, record_t: int | None, t: int,
     linker.edges.append(Edge(src, dst_uid, _SYNC))
 
 
-def _waits_by_clock(linker: _Linker, launches: _Launches, ends: _DeviceEnds) -> None:
+def _waits_by_clock(linker: PytorchLinker, launches: _Launches, ends: _DeviceEnds) -> None:
     """A trace that recorded no event waits at all (only launches: a sampled or filtered
     trace) still shows them: a device op held back after its launch returned and its stream was
     free, that began within ``CLOCK_WAKE_MAX_PS`` of the end of an op of another stream of its
@@ -239,7 +239,7 @@ def _waits_by_clock(linker: _Linker, launches: _Launches, ends: _DeviceEnds) -> 
 class _DeviceEnds:
     """Device ops by end time, per device, for waits the trace does not attribute."""
 
-    def __init__(self, linker: _Linker, launches: _Launches) -> None:
+    def __init__(self, linker: PytorchLinker, launches: _Launches) -> None:
         self.launches = launches
         self.runtime_end = {uid: (rt.start + rt.dur) * 1000 for rt, uid, _ in linker.launches}
         self.runtime_start = {uid: rt.start for rt, uid, _ in linker.launches}
@@ -253,7 +253,7 @@ class _DeviceEnds:
             entries.sort()
             self.ends[device] = ([e for e, _, _ in entries], entries)
 
-    def held_since(self, uid: int, lane: str, linker: _Linker, before: int | None = None
+    def held_since(self, uid: int, lane: str, linker: PytorchLinker, before: int | None = None
                    ) -> int | None:
         """When ``uid`` could have started but for a wait (its launch returned and ``before``,
         the op before it on its stream, ended), if it started more than the tolerance later;
@@ -293,7 +293,7 @@ def _device_of(lane: str) -> str:
     return lane[:lane.rindex(":")]
 
 
-def add_data_edges(linker: _Linker) -> None:
+def add_data_edges(linker: PytorchLinker) -> None:
     """DATA edges between host ops on different threads (same-thread order is HOST_ORDER's):
 
     - through ET tensor ids: the last op that output a tensor -> each later op taking it in;
@@ -329,7 +329,7 @@ def _ET_ID(op: object) -> int:  # noqa: N802 (a sort key, named like a constant)
     return op.attrs["et_id"]
 
 
-def _autograd_edges(linker: _Linker, tops: list) -> None:
+def _autograd_edges(linker: PytorchLinker, tops: list) -> None:
     ops, edges, by_et = linker.ops, linker.edges, linker.et.by_id
     forward: dict[int, int] = {}  # seq_id -> uid of the op that last ran that forward node
     backward: dict[str, bool] = {}  # node name -> is an autograd node (names are interned)
@@ -357,7 +357,7 @@ def _autograd_edges(linker: _Linker, tops: list) -> None:
                 forward[seq] = uid
 
 
-def add_kineto_autograd_edges(linker: _Linker) -> None:
+def add_kineto_autograd_edges(linker: PytorchLinker) -> None:
     """Without an ET: forward -> backward DATA edges from Kineto's ``Sequence number``."""
     ops, edges = linker.ops, linker.edges
     forward: dict[int, int] = {}
@@ -377,7 +377,7 @@ def add_kineto_autograd_edges(linker: _Linker) -> None:
             forward[seq] = top.op
 
 
-def prune_edges(linker: _Linker) -> None:
+def prune_edges(linker: PytorchLinker) -> None:
     """Drop duplicates, self-edges, edges that would run backwards in time (those could close
     a cycle) and edges against the clock: a parent that ended more than CLOCK_TOLERANCE_PS
     after its child started cannot be what the child waited for (an asynchronous collective

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import msgspec
 
-from chakra_hooks.errors import TraceFormatError, json_kind
+from chakra_hooks.common.errors import TraceFormatError, json_kind
 from chakra_hooks.linker.pytorch import et_nodes as pytorch_et_nodes
 from chakra_hooks.linker.jsonio import decode, read_bytes
 from chakra_hooks.linker.pytorch.et_nodes import NULL, EtNode, IORaw, as_json

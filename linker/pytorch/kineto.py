@@ -36,7 +36,7 @@ from typing import Union
 
 import msgspec
 
-from chakra_hooks.errors import TraceFormatError, json_kind
+from chakra_hooks.common.errors import TraceFormatError, json_kind
 from chakra_hooks.linker.jsonio import decode, read_bytes
 from chakra_hooks.linker.pytorch.kineto_events import NO_ARGS, CommonArgs, KArgs, KEvent
 

@@ -14,7 +14,7 @@ from chakra_hooks.linker.pytorch.match cimport KThread
 cpdef tuple select_et(object et)
 
 
-cdef class _Linker:
+cdef class PytorchLinker:
     cdef public object et, kt, trace, ops, edges, threads, match, groups, rpc_meta
     cdef public object c10d_on_device, window, has_device, seqs, nested_after, thread_ops
     cdef public object launches, selected, tops, pg_inits, lanes, runtime_by_corr

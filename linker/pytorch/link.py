@@ -52,8 +52,8 @@ from pathlib import Path
 
 import orjson
 
-from chakra_hooks import progress
-from chakra_hooks.errors import TraceFormatError, json_kind
+from chakra_hooks.common import progress
+from chakra_hooks.common.errors import TraceFormatError, json_kind
 from chakra_hooks.linker.pytorch import edges as pytorch_edges
 from chakra_hooks.linker.gc_pause import gc_paused
 from chakra_hooks.linker.pytorch.kineto import DEVICE_CATS, KinetoTrace, read_kineto
@@ -81,8 +81,8 @@ _COPY_KINDS = {"HtoD": OpKind.MEM_LOAD, "DtoH": OpKind.MEM_STORE}
 WINDOW_MIN_OUTSIDE = 0.10  # Kineto ranges outside the ET's span before we cut to its window
 LOW_MATCH = 0.5  # below this match rate a pair is reported as two different runs
 # Annotations that are ops themselves rather than containers: the MoE router annotation our
-# collector writes (linker/routing.py hangs the routing bins on it), and the KV-cache transfer
-# ranges of the vLLM collector's connector (linker/kv.py makes them MEM_LOAD / MEM_STORE).
+# collector writes (linker/enrich/routing.py hangs the routing bins on it), and the KV-cache transfer
+# ranges of the vLLM collector's connector (linker/enrich/kv.py makes them MEM_LOAD / MEM_STORE).
 OPAQUE_ANNOTATIONS = ("moe_routing:", "kv:")
 # gloo runs each collective under a ``gloo:<name>`` range on a thread of its own: that is the
 # collective's own execution (waiting for its peers included), which the comm op stands for;
@@ -91,7 +91,7 @@ GLOO_RANGE = "gloo:"
 # Annotation ranges kept for the steps after linking (LinkedTrace.annotations): vLLM's
 # per-engine-step annotations and the KV-cache ranges.
 KEPT_ANNOTATIONS = ("execute_", "kv:")
-SIDECARS = (("routing", "chakra_hooks.linker.routing"), ("kv", "chakra_hooks.linker.kv"))
+SIDECARS = (("routing", "chakra_hooks.linker.enrich.routing"), ("kv", "chakra_hooks.linker.enrich.kv"))
 # The range our PyTorch collector wraps each collective in: chakra_pg:<process group name>.
 GROUP_ANNOTATION = "chakra_pg:"
 # A rank's share of its conversion done once each file is read (progress.reached): the ET
@@ -104,7 +104,7 @@ def load(job: RankJob) -> list[LinkedTrace]:
     trace = link(job.files.get("host_et"), job.files.get("kineto"), job.rank,
                  force_pair=bool(job.options.get("force_pair")))
     if trace.annotations:
-        importlib.import_module("chakra_hooks.linker.pytorch.engine_steps").tag(trace)
+        importlib.import_module("chakra_hooks.linker.enrich.engine_steps").tag(trace)
     # Sidecars of our collectors: role -> the module whose attach(trace, path) adds them.
     for role, module in SIDECARS:
         path = job.files.get(role)
@@ -131,7 +131,7 @@ def link(host_et_path: Path | None, kineto_path: Path | None, rank: int | None =
         progress.reached(PROGRESS_ET_READ)
         kt = read_kineto(kineto_path) if kineto_path is not None else None
         progress.reached(PROGRESS_KINETO_READ)
-        trace = _Linker(et, kt, rank, selected).build()
+        trace = PytorchLinker(et, kt, rank, selected).build()
         rate = trace.stats.get("match_rate")
         if et is not None and kt is not None and rate is not None and rate < LOW_MATCH \
                 and not force_pair:
@@ -149,8 +149,11 @@ def link(host_et_path: Path | None, kineto_path: Path | None, rank: int | None =
         return trace
 
 
-class _Linker:
-    """One linking run. Steps are methods, called in order by :meth:`build`."""
+class PytorchLinker:
+    """One linking run of a rank's host ET and Kineto trace. Its steps are methods, called in
+    order by :meth:`build`; the passes that cut host ops (waits.py) and find edges (edges.py)
+    are functions of the state it holds: ``et``, ``kt``, ``trace`` with its ``ops`` and
+    ``edges``, ``launches``, ``host_waits``, ``runtime_by_corr`` and ``window``."""
 
     def __init__(self, et: HostEt | None, kt: KinetoTrace | None, rank: int | None,
                  selected: tuple[list[EtNode], list[EtNode]] | None = None) -> None:

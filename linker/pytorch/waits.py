@@ -16,7 +16,7 @@ So each such op is cut into consecutive parts on its thread, at
 - a blocking call (a synchronize, or a launch call that returned after its device op ended,
   as a synchronous copy does): the call's own time is removed; the part after it depends on
   the part before and on the device op(s) awaited, so the wait is an edge and what the edge
-  does not explain is left to a gap (linker/gaps.py);
+  does not explain is left to a gap (linker/enrich/gaps.py);
 - a host-side collective nested in the op (gloo under an autograd op): it depends on the part
   that ends where it started, instead of on its parent's start (PARENT).
 
@@ -36,14 +36,14 @@ from typing import TYPE_CHECKING
 from chakra_hooks.linker.model import PS_PER_NS, Edge, EdgeKind, Op, OpKind
 
 if TYPE_CHECKING:
-    from chakra_hooks.linker.pytorch.link import _Linker
+    from chakra_hooks.linker.pytorch.link import PytorchLinker
 
 # Idle time on a thread from which a wait for another thread is inferred: well above the
 # time between two ops of a busy thread, well below a backward pass.
 THREAD_WAIT_MIN_PS = 100_000_000  # 100 us
 # Launches this close after a cut share it: their device ops depend on the part before the
 # earlier cut, at most this much before their own launch (the device side's resolution,
-# like linker/gaps.MIN_DEVICE_GAP_PS), and an op launching a few kernels in a row is cut
+# like linker/enrich/gaps.MIN_DEVICE_GAP_PS), and an op launching a few kernels in a row is cut
 # once, not once per kernel.
 MERGE_LAUNCHES_PS = 5_000_000  # 5 us
 _LAUNCH, _PARENT, _SYNC, _HOST_ORDER = (EdgeKind.LAUNCH, EdgeKind.PARENT, EdgeKind.SYNC,
@@ -59,7 +59,7 @@ class _Cut:  # a C class when compiled (linker/pytorch/waits.pxd)
         self.awaited: list[int] = []  # device op uids the part after the cut waits for
 
 
-def split_host_ops(linker: _Linker) -> None:
+def split_host_ops(linker: PytorchLinker) -> None:
     """Cut host ops at their launches, waits and nested collectives (module docstring) and
     resolve the blocking calls recorded by linker/pytorch/edges.py into SYNC edges."""
     ops, edges = linker.ops, linker.edges
@@ -154,7 +154,7 @@ def _launch_cut(host: Op, device: Op, runtime: object, edge: Edge,
     cuts[host.uid].append(cut)
 
 
-def _resolve_waits(linker: _Linker, cuts: dict[int, list[_Cut]]) -> None:
+def _resolve_waits(linker: PytorchLinker, cuts: dict[int, list[_Cut]]) -> None:
     """Each blocking call (thread, call start, call end, awaited device uids): inside a host
     op, a cut of that op; between ops, SYNC edges to the first op that starts after it."""
     waits = getattr(linker, "host_waits", None)

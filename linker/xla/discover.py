@@ -15,7 +15,7 @@ from pathlib import Path
 
 import orjson
 
-from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.common.errors import TraceFormatError
 from chakra_hooks.linker.sources import RankJob
 
 XPLANE_SUFFIX = ".xplane.pb"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import orjson
 
-from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.common.errors import TraceFormatError
 from chakra_hooks.linker.xla import hlo
 from chakra_hooks.linker.model import (
     CommInfo, CommType, Edge, EdgeKind, LinkedTrace, Op, OpKind, TensorIO,

@@ -26,7 +26,7 @@ from typing import Union
 from google.protobuf import descriptor_pb2, message_factory
 from google.protobuf.message import DecodeError
 
-from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.common.errors import TraceFormatError
 from chakra_hooks.linker.xla import xspace_pb2
 
 StatValue = Union[int, float, str, bytes]

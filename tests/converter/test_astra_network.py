@@ -1,6 +1,6 @@
 """The ASTRA-sim network fitted to measured collectives, and ranks started together.
 
-The collective model (converter/astra_network.py) was measured with ASTRA-sim's binary; with
+The collective model (converter/targets/astra_sim/network.py) was measured with ASTRA-sim's binary; with
 ``ASTRA_BIN`` set (the analytical congestion-unaware binary, e.g. built by
 ../shared/tools/astra-build), the tests here also hold it, and ``whatif``, to the binary."""
 
@@ -15,7 +15,7 @@ import pytest
 
 from chakra_hooks.convert import convert_paths
 from chakra_hooks.converter import etio, whatif
-from chakra_hooks.converter.astra_network import Sample, fit, modelled_ns
+from chakra_hooks.converter.targets.astra_sim.network import Sample, fit, modelled_ns
 from chakra_hooks.converter.attrs import attr_dict, value_of
 from chakra_hooks.converter.stats import node_times, rank_stats
 from chakra_hooks.linker.model import CommType

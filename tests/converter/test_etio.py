@@ -9,7 +9,7 @@ import pytest
 
 from chakra_hooks.converter import etio
 from chakra_hooks.converter.schema import GlobalMetadata, Node, NodeType
-from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.common.errors import TraceFormatError
 
 
 def corpus_ets(corpus: Path) -> list[Path]:

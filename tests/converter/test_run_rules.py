@@ -1,4 +1,4 @@
-"""Rules across the ranks of a run (converter/run.py), on real converted runs.
+"""Rules across the ranks of a run (converter/targets/astra_sim/run_rules.py), on real converted runs.
 
 Found by running our ETs in ASTRA-sim: uneven collective sizes deadlock it, a comm-group key
 "0" or a group naming ranks without a file aborts it.
@@ -14,8 +14,8 @@ import pytest
 from chakra_hooks.convert import convert_paths
 from chakra_hooks.converter import etio
 from chakra_hooks.converter.attrs import attr_dict, value_of
-from chakra_hooks.converter.inspect import summarize
-from chakra_hooks.converter.run import check_run, collectives
+from chakra_hooks.converter.summary import summarize
+from chakra_hooks.converter.targets.astra_sim.run_rules import check_run, collectives
 
 
 def _run(outdir: Path) -> tuple[dict[int, list], dict[str, list[int]]]:

@@ -78,7 +78,7 @@ def test_integer_attributes_accept_any_integer_oneof() -> None:
 def test_node_in_place_of_metadata_is_reported(tmp_path: Path) -> None:
     import pytest
 
-    from chakra_hooks.errors import TraceFormatError
+    from chakra_hooks.common.errors import TraceFormatError
 
     # A node written first: either it does not decode as GlobalMetadata at all ...
     path = tmp_path / "no_metadata.et"

@@ -16,8 +16,9 @@ import pytest
 pytest.importorskip("jax", reason="JAX is not installed here (pip install 'chakra-hooks[jax]')")
 
 from chakra_hooks.convert import convert_paths  # noqa: E402
-from chakra_hooks.converter import etio, run  # noqa: E402
-from chakra_hooks.errors import TraceFormatError  # noqa: E402
+from chakra_hooks.converter import etio  # noqa: E402
+from chakra_hooks.converter.targets.astra_sim import run_rules  # noqa: E402
+from chakra_hooks.common.errors import TraceFormatError  # noqa: E402
 
 PROGRAM = '''
 import sys
@@ -89,12 +90,12 @@ def test_two_processes_convert_to_global_ranks_whose_collectives_pair(two_proces
     result = convert_paths([two_processes], tmp_path / "full", progress=False)
     assert [r.rank for r in result.ranks] == [0, 1, 2, 3]  # not 0, 1, 2048, 2049; no clash
     ets = {r.rank: etio.read_et(tmp_path / "full" / r.files[0]).nodes for r in result.ranks}
-    sequences = {rank: [(c.comm_type, c.size) for c in run.collectives(nodes)] for rank, nodes in ets.items()}
+    sequences = {rank: [(c.comm_type, c.size) for c in run_rules.collectives(nodes)] for rank, nodes in ets.items()}
     assert sequences[0] and all(seq == sequences[0] for seq in sequences.values())
-    assert run.check_run(ets, {}) == []
+    assert run_rules.check_run(ets, {}) == []
     convert_paths([two_processes], tmp_path / "astra", target="astra-sim", progress=False)
     astra = {r: etio.read_et(tmp_path / "astra" / f"chakra.{r}.et").nodes for r in range(4)}
-    assert run.check_run(astra, {}) == []
+    assert run_rules.check_run(astra, {}) == []
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ np = pytest.importorskip("numpy")
 
 from chakra_hooks.convert import convert_paths
 from chakra_hooks.converter import etio, graph, validate
-from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.common.errors import TraceFormatError
 from chakra_hooks.linker.xla import discover as xla_discover
 from chakra_hooks.linker.xla import link as xla_link
 from chakra_hooks.linker.xla import xspace, xspace_pb2

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.common.errors import TraceFormatError
 from chakra_hooks.linker.xla import xspace, xspace_pb2
 
 TPU = "jax_xla/tpu_inference_2.xplane.pb"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.common.errors import TraceFormatError
 from chakra_hooks.linker.pytorch.kineto import _ns, read_kineto
 
 

@@ -18,7 +18,7 @@ from chakra_hooks.cli import cli
 from chakra_hooks.convert import convert_paths
 from chakra_hooks.converter import etio, whatif
 from chakra_hooks.converter.stats import rank_stats
-from chakra_hooks.linker.gaps import GAP_NAME
+from chakra_hooks.linker.enrich.gaps import GAP_NAME
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS = REPO.parent / "shared" / "tools"

@@ -11,7 +11,7 @@ import pytest
 
 from chakra_hooks.converter import etio
 from chakra_hooks.converter.graph import build_graph
-from chakra_hooks.converter.inspect import summarize
+from chakra_hooks.converter.summary import summarize
 from chakra_hooks.converter.validate import validate
 from chakra_hooks.linker.model import OpKind
 from chakra_hooks.linker.pytorch.link import link

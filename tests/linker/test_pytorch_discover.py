@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.common.errors import TraceFormatError
 from chakra_hooks.linker.pytorch.discover import discover, rank_from_name
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.common.errors import TraceFormatError
 from chakra_hooks.linker.model import CommType
 from chakra_hooks.linker.pytorch.comms import classify, from_record_param_comms
 from chakra_hooks.linker.pytorch.et import USER_SCOPE, read_host_et, tensor_bytes

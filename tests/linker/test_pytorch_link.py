@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from chakra_hooks.convert import convert_paths
-from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.common.errors import TraceFormatError
 from chakra_hooks.linker.model import CommType, EdgeKind, LinkedTrace, OpKind
 from chakra_hooks.linker.pytorch.link import link, load
 from chakra_hooks.linker.sources import RankJob

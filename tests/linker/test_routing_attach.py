@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.common.errors import TraceFormatError
 from chakra_hooks.linker.model import EdgeKind, LinkedTrace, Op, OpKind
-from chakra_hooks.linker.routing import attach
+from chakra_hooks.linker.enrich.routing import attach
 
 torch = pytest.importorskip("torch")
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from chakra_hooks.convert import convert_paths
-from chakra_hooks.converter import etio, inspect, validate
+from chakra_hooks.converter import etio, validate
+from chakra_hooks.converter.summary import summarize
 from chakra_hooks.converter.attrs import attr_dict, value_of
 from chakra_hooks.converter.schema import (COMM_COLL, COMM_RECV, COMM_SEND, COMP, GlobalMetadata,
                                            Node, NodeType)
@@ -69,7 +70,7 @@ def test_sendrecv_kernels_without_their_launch_are_not_invalid_p2p_nodes(corpus,
         assert not [n for n in nodes if n.type in (COMM_SEND, COMM_RECV)]
         unresolved = [n for n in nodes if "comm_unresolved" in _attrs(n)]
         assert len(unresolved) == 5 and all(n.type == COMP and "SendRecv" in n.name for n in unresolved)
-        summary = inspect.summarize(target, GlobalMetadata(), nodes)
+        summary = summarize(target, GlobalMetadata(), nodes)
         assert summary.unknown.get("comm_unresolved") == 5
 
 
@@ -108,7 +109,7 @@ def test_collectives_without_sizes_say_so(corpus, tmp_path):
     et = etio.read_et(tmp_path / "full" / "chakra.0.et")
     flagged = validate.validate("full", et.metadata, et.nodes, "astra-sim").counts()
     assert flagged.get("comm-size-unknown") == len(unknown)
-    assert inspect.summarize("full", et.metadata, et.nodes).unknown["comm_size_unknown"] == len(unknown)
+    assert summarize("full", et.metadata, et.nodes).unknown["comm_size_unknown"] == len(unknown)
     # For ASTRA-sim (which would move 0 bytes) they are replayed for the time they took.
     nodes, _ = _convert(source, tmp_path / "astra", "astra-sim")
     replayed = [n for n in nodes if "comm_size_unknown" in _attrs(n)]
@@ -152,7 +153,7 @@ def test_inspect_counts_point_to_point_in_comm_types_and_schema_is_chakras(tmp_p
 
     meta = GlobalMetadata(version="0.0.4")
     meta.attr.add(name="schema", string_val="1.0.3-chakra.0.0.4")  # the host ET's
-    summary = inspect.summarize("x.0.et", meta, [node(0, "COMM_SEND_NODE"), node(1, "COMM_RECV_NODE")])
+    summary = summarize("x.0.et", meta, [node(0, "COMM_SEND_NODE"), node(1, "COMM_RECV_NODE")])
     assert summary.comm_types == {"COMM_SEND_NODE": 1, "COMM_RECV_NODE": 1}
     assert summary.comm_bytes_by_type == {"COMM_SEND_NODE": 64, "COMM_RECV_NODE": 64}
     assert summary.schema == "0.0.4" and summary.source_schema == "1.0.3-chakra.0.0.4"

@@ -10,9 +10,9 @@ import pytest
 
 from chakra_hooks.convert import convert_paths
 from chakra_hooks.converter.etio import read_et
-from chakra_hooks.errors import TraceFormatError
-from chakra_hooks.linker import kv
-from chakra_hooks.linker.pytorch import engine_steps as pytorch_engine_steps
+from chakra_hooks.common.errors import TraceFormatError
+from chakra_hooks.linker.enrich import kv
+from chakra_hooks.linker.enrich import engine_steps
 from chakra_hooks.linker.model import CommType, OpKind
 from chakra_hooks.linker.pytorch.comms import classify, kernel_collective
 
@@ -22,16 +22,16 @@ def _attrs(node) -> dict:
 
 
 def test_both_annotation_spellings():
-    assert pytorch_engine_steps.parse("execute_context_1(40)_generation_3(3)") == {
+    assert engine_steps.parse("execute_context_1(40)_generation_3(3)") == {
         "prefill_requests": 1, "prefill_tokens": 40, "decode_requests": 3,
         "decode_tokens": 3, "scheduled_tokens": 43}
     detailed = ("execute_32_context_0(sq0sk0sqsq0sqsk0)_generation_32"
                 "(sq32sk55086sqsq32sqsk55086)")
-    assert pytorch_engine_steps.parse(detailed) == {
+    assert engine_steps.parse(detailed) == {
         "prefill_requests": 0, "prefill_tokens": 0, "decode_requests": 32,
         "decode_tokens": 32, "scheduled_tokens": 32}
     for other in ("ProfilerStep#3", "execute_model", "execute_context_1(40)"):
-        assert pytorch_engine_steps.parse(other) is None
+        assert engine_steps.parse(other) is None
 
 
 def test_engine_steps_on_the_corpus_vllm_trace(corpus, tmp_path):

@@ -195,7 +195,7 @@ def test_kv_connector_store_then_load(tiny_llama, kv_capture, tmp_path):
     a = _attrs(load)
     assert a["tensor_size"] == stored_slots * slot_bytes * config["num_hidden_layers"]
     assert a["kv_step"] > 0 and a["kv_connector"] == "ExampleConnector"
-    from chakra_hooks.converter.inspect import summarize
+    from chakra_hooks.converter.summary import summarize
 
     et = read_et(tmp_path / "chakra" / "chakra.0.et")
     shown = summarize("chakra.0.et", et.metadata, et.nodes).kv

@@ -35,9 +35,9 @@ import bisect
 from pathlib import Path
 
 
-from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.common.errors import TraceFormatError
 from chakra_hooks.linker.model import Edge, EdgeKind, LinkedTrace, Op, OpKind
-from chakra_hooks.linker.sidecars import check_integers, read_records, recorded_ranges
+from chakra_hooks.linker.enrich.sidecars import check_integers, read_records, recorded_ranges
 
 SIDECAR_FORMAT = "chakra-hooks-routing/1"
 _REQUIRED = ("step", "layer", "num_experts", "top_k", "tokens", "bins", "annotation",

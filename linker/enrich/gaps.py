@@ -169,7 +169,7 @@ def add_window_anchor(trace: LinkedTrace) -> int | None:
     for; returns its uid (None for a trace without times). The ranks of one run began
     recording at different moments (the corpus DLRM ranks up to 7.5 ms apart), which a
     simulator that starts every rank at zero would erase: the cross-rank step of ``--target
-    astra-sim`` (chakra_hooks/convert.py) gives each rank's anchor the time from the run's
+    astra-sim`` (converter/targets/astra_sim) gives each rank's anchor the time from the run's
     first start to its own, as unexplained slack."""
     timed = [op for op in trace.ops if op.start_ps is not None and op.dur_ps is not None]
     if not timed:

@@ -31,9 +31,9 @@ import bisect
 from pathlib import Path
 
 
-from chakra_hooks.errors import TraceFormatError, json_kind
+from chakra_hooks.common.errors import TraceFormatError, json_kind
 from chakra_hooks.linker.model import PS_PER_NS, Edge, EdgeKind, LinkedTrace, Op, OpKind
-from chakra_hooks.linker.sidecars import check_integers, read_records, recorded_ranges
+from chakra_hooks.linker.enrich.sidecars import check_integers, read_records, recorded_ranges
 
 KV_FORMAT = "chakra-hooks-kv/1"
 _KINDS = {"load": OpKind.MEM_LOAD, "store": OpKind.MEM_STORE,

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from chakra_hooks.errors import TraceFormatError
+from chakra_hooks.common.errors import TraceFormatError
 
 from .attrs import value_of
 from .schema import COMM_COLL, COMM_TYPES, KNOWN_TYPES, CollectiveCommType, GlobalMetadata, Node, NodeType

@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .attrs import attr_dict, make_attr, value_of
-from .graph import round_us
-from .schema import COMM_COLL, COMP, CollectiveCommType, Node
+from chakra_hooks.converter.attrs import attr_dict, make_attr, value_of
+from chakra_hooks.converter.graph import round_us
+from chakra_hooks.converter.schema import COMM_COLL, COMP, CollectiveCommType, Node
 ALL_RANKS = ""  # pg_name for the whole run
 
 
@@ -291,7 +291,7 @@ def _equalize(column: Sequence[Collective], warn: Callable[[str], None]) -> None
 
 def align_windows(run: dict[int, list[Node]], warn: Callable[[str], None]) -> None:
     """Start every rank at the run's first recorded moment: each rank's window anchor
-    (linker/gaps.add_window_anchor, a zero-length gap every rank's first ops wait for) gets
+    (linker/enrich/gaps.add_window_anchor, a zero-length gap every rank's first ops wait for) gets
     the time from the earliest rank's window start to its own. A simulator starts all ranks
     together; without this, a rank that began recording late (and the collectives its peers
     waited for meanwhile) would run early. The ranks' clocks are taken to agree (one host,

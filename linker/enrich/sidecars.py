@@ -7,7 +7,7 @@ from pathlib import Path
 
 import orjson
 
-from chakra_hooks.errors import TraceFormatError, json_kind
+from chakra_hooks.common.errors import TraceFormatError, json_kind
 from chakra_hooks.linker.model import LinkedTrace
 
 

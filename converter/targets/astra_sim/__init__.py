@@ -1,0 +1,180 @@
+"""The ``astra-sim`` target: what ASTRA-sim's workload layer accepts, and the files it runs with.
+
+Per rank (:func:`prepare`, :func:`retarget`): ASTRA-sim runs one compute node at a time per
+NPU. METADATA nodes are dropped (their dependants inherit their dependencies). What it cannot
+run as it was (a collective of a type it does not simulate, or of unknown size; a MEM node
+unless ``keep_mem``) becomes a COMP node; where that op ran beside compute in the trace (a
+collective on its own stream, a copy on a copy engine or TPU "Async XLA Ops"), replayed as
+compute for its full time it would serialise with everything else (a TPU trace ran 3.5x long
+that way), so it is replayed in zero time (:func:`replay_dur`), its measured time kept in
+``overlapped_duration_ps``. The slack gaps are counted per resource with those durations
+(linker/enrich/gaps.py), so the ops that waited for it still start when they did, and every
+rank gets a window anchor (the run's ranks began recording at different moments).
+
+Across ranks (:func:`finish_run`): collectives agree in type, size and order on every member
+of their group, groups are renumbered as ASTRA-sim needs (run_rules.py), and the network is
+fitted to the measured collectives (network.py), written beside the ETs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+
+from chakra_hooks import storage
+from chakra_hooks.converter.schema import CollectiveCommType, NodeType
+from chakra_hooks.linker.enrich.gaps import add_gaps, add_window_anchor
+from chakra_hooks.linker.model import CommType, LinkedTrace, Op, OpKind
+
+from . import network
+
+NEEDS_RUN_COLLECTIVES = True
+FILES = (network.NETWORK_FILE, network.SYSTEM_FILE)
+REFUSED_NODE_TYPES = frozenset(NodeType.Value(n) for n in
+                               ("INVALID_NODE", "METADATA_NODE", "MEM_LOAD_NODE", "MEM_STORE_NODE"))
+# Simulated, or (BROADCAST) replayed from its duration; any other type aborts ASTRA-sim.
+COMM_TYPES = frozenset(CollectiveCommType.Value(n) for n in
+                       ("ALL_REDUCE", "ALL_GATHER", "ALL_TO_ALL", "REDUCE_SCATTER", "BROADCAST"))
+COMM_SIZE_REQUIRED = True  # a simulator would move 0 bytes for a size not recorded
+COLLECTIVES = frozenset({CommType.ALL_REDUCE, CommType.ALL_GATHER, CommType.ALL_TO_ALL,
+                         CommType.REDUCE_SCATTER, CommType.BROADCAST})
+_COMPUTE, _COLLECTIVE, _METADATA = OpKind.COMPUTE, OpKind.COLLECTIVE, OpKind.METADATA
+_MEM_KINDS = frozenset({OpKind.MEM_LOAD, OpKind.MEM_STORE})
+_COMM_KINDS = frozenset({OpKind.COLLECTIVE, OpKind.SEND, OpKind.RECV})
+
+
+def prepare(trace: LinkedTrace, options) -> None:
+    """ASTRA-sim's analytical backend runs one host op and one device op at a time, so the
+    slack is counted per resource, not per lane, with the durations it will replay."""
+    if options.gaps:
+        add_gaps(trace, per_resource=True, replay_dur=replay_dur(trace.ops, options.keep_mem))
+        add_window_anchor(trace)
+
+
+def retarget(ops: list[Op], keep_mem: bool) -> list[Op]:
+    """The ops to write (module docstring)."""
+    dur_of = replay_dur(ops, keep_mem)
+    out: list[Op] = []
+    for op in ops:
+        kind = op.kind
+        if kind == _METADATA:
+            continue
+        if as_compute(op, keep_mem):
+            attrs = dict(op.attrs, replayed_as_compute=kind.name)
+            dur_ps = dur_of(op)
+            if op.dur_ps and not dur_ps:
+                attrs["overlapped_duration_ps"] = op.dur_ps
+            op = Op(op.uid, op.name, _COMPUTE, op.on_device, op.lane, op.start_ps, dur_ps,
+                    None, op.bytes, op.flops, op.inputs, op.outputs, attrs)
+        out.append(op)
+    return out
+
+
+def as_compute(op: Op, keep_mem: bool) -> bool:
+    """Whether ASTRA-sim gets ``op`` as a COMP node (it cannot run it as what it was)."""
+    kind = op.kind
+    if kind in _MEM_KINDS:
+        return not keep_mem
+    if kind in _COMM_KINDS and "comm_size_unknown" in op.attrs:
+        return True
+    return kind == _COLLECTIVE and (op.comm is None or op.comm.comm_type not in COLLECTIVES)
+
+
+def replay_dur(ops: list[Op], keep_mem: bool = False) -> Callable[[Op], int]:
+    """The duration ASTRA-sim replays each op for: the measured one, except zero for a
+    collective replayed as compute and for a copy replayed as compute on a lane where no
+    compute runs (module docstring)."""
+    compute_lanes = {op.lane for op in ops if op.kind == _COMPUTE}
+
+    def dur_of(op: Op) -> int:
+        dur = op.dur_ps
+        if dur and as_compute(op, keep_mem) and (
+                op.kind in _COMM_KINDS or op.lane not in compute_lanes):
+            return 0
+        return dur
+
+    return dur_of
+
+
+def finish_run(staging: str, results: list, groups: dict[int, list[int]], options,
+               note: Callable[[str], None], runner) -> dict[int, list[int]]:
+    """Make the staged ETs agree across ranks as ASTRA-sim needs (run_rules.py), in a second
+    round: the plan is made here from the collectives the workers handed over (each rank's
+    COMM_COLL nodes), and each rank's file is rewritten by a task of ``runner``
+    (:func:`rewrite_collectives`), which replaces those records and copies every other one as
+    written. Only the collectives travel, never whole ETs. Returns the renumbered groups."""
+    from chakra_hooks.converter import etio
+
+    from . import run_rules
+
+    nodes = {r.rank: list(etio.decode_bodies([body for _, body in r.collectives])) for r in results}
+    new_groups = run_rules.harmonize(nodes, groups, note)
+    run_rules.align_windows(nodes, note)
+    _write_network(staging, nodes, new_groups, len(results))
+    tasks = []
+    for result in results:
+        bodies = [(index, node.SerializeToString())
+                  for (index, _), node in zip(result.collectives, nodes.pop(result.rank))]
+        tasks.append((f"{staging}/{result.files[0]}",
+                      f"{staging}/{result.files[1]}" if options.write_json else None,
+                      bodies, result.others_tally))
+    for result, summary in zip(results, runner.map(rewrite_collectives, tasks)):
+        result.summary = summary
+    return new_groups
+
+
+def _write_network(staging: str, nodes: dict[int, list], groups: dict[int, list[int]],
+                   ranks: int) -> None:
+    """ASTRA-sim's network fitted to the run's measured collectives, and the system layer the
+    fit assumes (network.py), beside the ETs."""
+    from chakra_hooks.converter.attrs import attr_dict, value_of
+    from chakra_hooks.converter.schema import COMM_COLL
+    from chakra_hooks.converter.stats import node_times
+
+    npus = max(ranks, 2)  # the analytical backend needs two NPUs (astra-run replicates one)
+    samples = []
+    for rank_nodes in nodes.values():
+        for node in rank_nodes:
+            if node.type != COMM_COLL:
+                continue
+            attrs = attr_dict(node)
+            group = str(value_of(attrs["pg_name"])) if "pg_name" in attrs else ""
+            members = groups.get(int(group), ()) if group.isdigit() and group != "0" else ()
+            samples.append(network.Sample(
+                int(value_of(attrs["comm_type"])), int(value_of(attrs["comm_size"])),
+                len(members) or npus, node_times(node, attrs)[1] * 1000))
+    fitted = network.fit(samples)
+    with storage.local_staging(staging) as where:
+        Path(where, network.NETWORK_FILE).write_text(fitted.yaml(npus))
+        Path(where, network.SYSTEM_FILE).write_bytes(
+            orjson.dumps(network.SYSTEM, option=orjson.OPT_INDENT_2))
+
+
+def rewrite_collectives(path: str, json_path: str | None, bodies: list[tuple[int, bytes]],
+                        others_tally) -> dict[str, object]:
+    """Put a rank's new collective records (``bodies``: place among the file's nodes, record)
+    in place of the old ones in the ET at ``path`` (and its JSON twin); returns the file's
+    summary: ``others_tally`` (the worker's count of every other node) plus the new records.
+    One file is in memory at a time. Runs in a worker."""
+    from chakra_hooks.converter import etio, summary
+    from chakra_hooks.converter.schema import GlobalMetadata, Node
+    from chakra_hooks.converter.wire import encode_varint
+
+    name = Path(path).name
+    with storage.local_copy(path) as local:
+        buf, compressed = etio.read_bytes(local)
+        frames = etio.split_frames(buf, local)
+        del buf
+        tally = summary.Tally()
+        tally.merge(others_tally)
+        for index, body in bodies:
+            frames[index + 1] = encode_varint(len(body)) + body
+            tally.add_node(Node.FromString(body), name, index, check=False)
+        etio.atomic_write(local, frames, compressed)
+    metadata = GlobalMetadata.FromString(etio.frame_body(frames[0]))
+    if json_path is not None:
+        with storage.local_copy(json_path) as local_json:
+            etio.write_workload_json(local_json, etio.decode_frames(frames, path)[1])
+    return tally.summary(name, metadata).to_json()
