@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from chakra_hooks import __version__
+from chakra_hooks.common.errors import TraceFormatError
 from chakra_hooks.linker.model import PS_PER_US, EdgeKind, LinkedTrace, Op, OpKind
 
 from .attrs import make_attr
@@ -97,7 +98,11 @@ def build_graph(trace: LinkedTrace, target: str | Target = Target.FULL, keep_mem
             tally = collective_tally
         else:
             tally = others
-        bodies.append(_make_node(op, deps.pop(op.uid, None), exact_unit, encoder, tally))
+        try:
+            bodies.append(_make_node(op, deps.pop(op.uid, None), exact_unit, encoder, tally))
+        except ValueError as exc:  # a number the trace gave that no Chakra field holds
+            raise TraceFormatError(_sources(trace), f"op {op.name[:60]!r}",
+                                   f"values a Chakra node can hold ({exc})") from None
         if consume:
             ops[index] = None  # type: ignore[call-overload]
     stats.update(nodes=len(bodies))
@@ -107,6 +112,13 @@ def build_graph(trace: LinkedTrace, target: str | Target = Target.FULL, keep_mem
     tally.merge(collective_tally)
     return ChakraGraph(trace.rank, metadata, bodies, dict(trace.groups), tally, stats,
                        list(trace.warnings), collectives=collectives, others_tally=others)
+
+
+def _sources(trace: LinkedTrace) -> str:
+    """The files a linked trace came from, as its metadata names them."""
+    names = [str(trace.metadata[key]) for key in ("host_et_file", "kineto_file", "source_file")
+             if key in trace.metadata]
+    return ", ".join(names) or f"rank {trace.rank}"
 
 
 def _whole_ns(op: Op) -> bool:

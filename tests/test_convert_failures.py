@@ -182,3 +182,37 @@ def test_a_base_time_in_the_future_is_said(corpus: Path, tmp_path: Path) -> None
     assert "k.json" in line and "events start on 2033-" in line
     meta = read_et(tmp_path / "out" / "chakra.0.et").metadata
     assert "starts 2033-" in str(meta)
+
+
+def _damaged_simple_add(corpus: Path, folder: Path, where: str) -> None:
+    """a100_simple_add with one number of 10^30 (found by the fuzz tests: a traceback from the
+    node writer, 'out of range for int64_val')."""
+    import gzip
+    import json
+
+    source = corpus / "pytorch" / "a100_simple_add"
+    kineto = json.loads(gzip.open(source / "kineto.json.gz").read())
+    et = json.loads(gzip.open(source / "host_et.json.gz").read())
+    if where == "et id":
+        et["nodes"][11]["id"] = 10**30
+    else:
+        kernel = next(e for e in kineto["traceEvents"] if e.get("cat") == "kernel")
+        kernel["args"]["correlation"] = 10**30
+    folder.mkdir()
+    (folder / "kineto.json").write_text(json.dumps(kineto))
+    (folder / "host_et.json").write_text(json.dumps(et))
+
+
+def test_numbers_beyond_64_bits_are_refused(corpus: Path, tmp_path: Path) -> None:
+    from chakra_hooks.convert import convert_paths
+
+    for where, expected in (("et id", "id: an integer from 0 to 2^63"),
+                            ("correlation", "args.correlation: an integer of 64 bits")):
+        folder = tmp_path / where.replace(" ", "_")
+        _damaged_simple_add(corpus, folder, where)
+        try:
+            convert_paths([folder], folder / "out", progress=False)
+        except TraceFormatError as exc:
+            assert expected in str(exc) and "\n" not in str(exc)
+        else:
+            raise AssertionError(f"{where}: accepted")

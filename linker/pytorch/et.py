@@ -362,6 +362,9 @@ def _check_tree(nodes: list[EtNode], roots: set[int], get: Callable, path: Path)
             if value is not None and (type(value) is not int):
                 raise TraceFormatError(path, f"node {node.id} ({str(node.name)[:60]!r})",
                                        f"{name}: a number, got {json_kind(value)}")
+        if not 0 <= node.id < 1 << 63:  # a Chakra node id is a uint64, ours int64 attributes
+            raise TraceFormatError(path, f"node {str(node.id)[:30]} ({str(node.name)[:60]!r})",
+                                   "id: an integer from 0 to 2^63")
         if node.id == previous:
             raise TraceFormatError(path, f"nodes (id {node.id})",
                                    f"unique node ids; {node.id} names two nodes")

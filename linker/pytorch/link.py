@@ -84,6 +84,7 @@ LOW_MATCH = 0.5  # below this match rate a pair is reported as two different run
 # collector writes (linker/enrich/routing.py hangs the routing bins on it), and the KV-cache transfer
 # ranges of the vLLM collector's connector (linker/enrich/kv.py makes them MEM_LOAD / MEM_STORE).
 OPAQUE_ANNOTATIONS = ("moe_routing:", "kv:")
+_INT64 = 1 << 63
 # gloo runs each collective under a ``gloo:<name>`` range on a thread of its own: that is the
 # collective's own execution (waiting for its peers included), which the comm op stands for;
 # as a host op too it would count the time twice.
@@ -550,10 +551,10 @@ class PytorchLinker:
         args = ev.args
         for name, value in (("stream", args.stream), ("device", args.device),
                             ("correlation", args.correlation)):
-            if value is not None and type(value) is not int:
+            if value is not None and (type(value) is not int or not -_INT64 <= value < _INT64):
                 raise TraceFormatError(self.kt.path, f"{ev.cat} {ev.name[:60]!r} at "
-                                       f"{ev.start} ns",
-                                       f"args.{name}: an integer, got {json_kind(value)}")
+                                       f"{ev.start} ns", f"args.{name}: an integer of 64 "
+                                       f"bits, got {json_kind(value)}")
 
     def _kernel_comm(self, ev: KEvent, inner: KEvent | None
                      ) -> tuple[OpKind, CommInfo | None, CommMeta | None, str | None]:

@@ -96,6 +96,18 @@ def test_unknown_target_is_refused() -> None:
         build_graph(small_trace(), target="ns3")
 
 
+def test_a_value_no_chakra_field_holds_is_a_format_error() -> None:
+    """An integer attribute beyond 64 bits from any source: one line naming the op and the
+    rank's files, not a traceback from the node writer."""
+    from chakra_hooks.common.errors import TraceFormatError
+
+    trace = small_trace()
+    trace.metadata["kineto_file"] = "k.json"
+    trace.ops[0].attrs["sequence"] = 10**30
+    with pytest.raises(TraceFormatError, match=r"^k\.json: op .*out of range"):
+        build_graph(trace)
+
+
 def test_unmeasured_ops_say_so() -> None:
     trace = small_trace()
     trace.ops.append(Op(8, "aten::select", OpKind.COMPUTE, False, "thread:1"))
