@@ -1,19 +1,19 @@
 """Build step for the compiled converter path (everything else is in pyproject.toml).
 
-The linker and converter modules listed in ``COMPILED`` are plain Python and run as such. With
-``CHAKRA_HOOKS_COMPILE=1`` at install time (and Cython and a C compiler at hand), pip also
-compiles those same sources into extension modules, which makes ``chakra-hooks convert``
-faster: 41 % fewer instructions (benchmarks/bench_convert.py; README, "Speed"). It is opt-in
-because it takes ~90 s of the 2 cores: 126 s for a first install against 35 s without, on the
-quiet development machine (the README's first run would wait for it). Nothing is written twice: the sources hold no Cython-only code; a few ``.pxd`` files
-beside them declare the hottest helpers and classes to Cython (direct C calls instead of
-Python calls), and mean nothing to Python. If any module fails to compile, none is compiled
-and the install is pure Python (a warning in pip's log, never a failed install).
+The linker and converter modules listed in ``chakra_hooks/_compiled.py`` are plain Python and
+run as such. With ``CHAKRA_HOOKS_COMPILE=1`` at install time (and Cython and a C compiler at
+hand), pip also compiles those same sources into extension modules, which makes
+``chakra-hooks convert`` faster (docs/performance.md). It is opt-in because compiling takes
+about two minutes of a 2-core machine, which a first run should not wait for. The sources hold
+no Cython-only code; a few ``.pxd`` files beside them declare the hottest helpers and classes
+to Cython (direct C calls instead of Python calls), and mean nothing to Python. If any module
+fails to compile, none is compiled and the install is pure Python (a warning in pip's log,
+never a failed install).
 
-``CHAKRA_HOOKS_PURE_PYTHON=1`` at install time skips compiling even then, and at run time runs the
-sources even where compiled copies exist. In an editable install, a module edited after the
+``CHAKRA_HOOKS_PURE_PYTHON=1`` at install time skips compiling even then, and at run time runs
+the sources even where compiled copies exist. In an editable install, a module edited after the
 install is imported from its source, not from the stale compiled copy
-(chakra_hooks/_compiled.py), until ``pip install -e .`` runs again.
+(chakra_hooks/_compiled.py), until ``pip install -e .`` runs again. docs/development.md has more.
 """
 
 from __future__ import annotations

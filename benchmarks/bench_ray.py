@@ -13,7 +13,7 @@ local one started for the run (its start-up is in its wall time and given apart)
 Per-task overhead: Ray's wall time, less its start-up, minus the pool's, per rank (both on
 the same 2 cores). The projection for 1,024 ranks of 1 GB on N nodes of 32 cores: waves of
 tasks, each a rank's conversion at ``--mb-per-s`` per core (default 69: the compiled build
-on 593 MB ranks, README "Speed"; these small DLRM ranks are dominated by start-up) plus the
+on 593 MB ranks, docs/performance.md; these small DLRM ranks are dominated by start-up) plus the
 measured overhead per task, plus one start-up.
 """
 

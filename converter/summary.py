@@ -218,7 +218,7 @@ def render(summary: Summary) -> str:
     if summary.unknown:
         lines.append("  unknown    " + ", ".join(f"{count:,} {name}" for name, count
                                                  in summary.unknown.items())
-                     + " (nodes whose value was not recorded; README: what is in our ETs)")
+                     + " (nodes whose value was not recorded; docs/output-format.md)")
     if summary.moe:
         m = summary.moe
         lines.append(f"  MoE        {m['nodes']:,} routing nodes: {m['layers']} layers x "

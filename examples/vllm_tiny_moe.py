@@ -1,7 +1,7 @@
 """vLLM end to end: a tiny Mixtral (random weights, built here) served by vLLM on the CPU with
 vLLM's own profiler flags and our KV connector around vLLM's ExampleConnector, then converted.
 
-    pip install 'chakra-hooks[vllm]'   # then remove torchvision torchaudio torchcodec (see README)
+    pip install 'chakra-hooks[vllm]'   # then remove torchvision torchaudio torchcodec (see docs/recording.md)
     python examples/vllm_tiny_moe.py out/vllm
 
 Writes ``out/vllm/model`` (the model), ``out/vllm/traces`` (per worker: vLLM's Kineto trace,
