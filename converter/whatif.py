@@ -82,15 +82,11 @@ def collectives_in_order(nodes: Sequence[Node], times: dict[int, tuple]) -> list
     return sorted(comm, key=lambda n: (times[n.id][0], n.id))
 
 
-def replay(path: str, nodes: Sequence[Node], change: Change = Change(),
-           measured_elsewhere: Sequence[float] | None = None) -> RankWhatIf:
-    """One rank's replay before and after ``change`` (and, with ``measured_elsewhere``, each
-    collective in start order taking those durations, us)."""
-    attrs = {n.id: attr_dict(n) for n in nodes}
-    times = {n.id: node_times(n, attrs[n.id]) for n in nodes}
-    starts = [s for s, _ in times.values() if s is not None]
-    ends = [s + d for s, d in times.values() if s is not None]
-    span = (max(ends) - min(starts)) if starts else 0.0
+def durations(nodes: Sequence[Node], attrs: dict[int, dict], times: dict[int, tuple],
+              change: Change = Change(), measured_elsewhere: Sequence[float] | None = None,
+              path: str = "") -> tuple[dict[int, float], dict[int, float]]:
+    """Per node id, (the measured duration, the changed one), us. ``measured_elsewhere``: each
+    collective in start order takes those durations (ValueError when the counts differ)."""
     measured = {i: d for i, (_, d) in times.items()}
     changed = dict(measured)
     by_type = change.comm_by_type or {}
@@ -111,6 +107,19 @@ def replay(path: str, nodes: Sequence[Node], change: Change = Change(),
                              f"{len(measured_elsewhere)} for this rank: not the same program")
         for node, dur in zip(ordered, measured_elsewhere):
             changed[node.id] = dur
+    return measured, changed
+
+
+def replay(path: str, nodes: Sequence[Node], change: Change = Change(),
+           measured_elsewhere: Sequence[float] | None = None) -> RankWhatIf:
+    """One rank's replay before and after ``change`` (and, with ``measured_elsewhere``, each
+    collective in start order taking those durations, us)."""
+    attrs = {n.id: attr_dict(n) for n in nodes}
+    times = {n.id: node_times(n, attrs[n.id]) for n in nodes}
+    starts = [s for s, _ in times.values() if s is not None]
+    ends = [s + d for s, d in times.values() if s is not None]
+    span = (max(ends) - min(starts)) if starts else 0.0
+    measured, changed = durations(nodes, attrs, times, change, measured_elsewhere, path)
     before = _path(nodes, measured)
     after = _path(nodes, changed)
     return RankWhatIf(path, span, before[0], after[0], before[1], after[1])

@@ -1,0 +1,345 @@
+"""``chakra-hooks timeline``: converted ETs as a Chrome Trace Event file that Perfetto
+(ui.perfetto.dev) and chrome://tracing open.
+
+Per rank one process; in it one track per lane (host thread, device stream) holding the nodes
+at their recorded start and duration, and beside each lane its gaps on a track of their own
+(``<lane> gaps``): the empty time on both tracks is idle time a dependency explains, the gap
+track shows the time nothing explains. Nodes outside time (process-group METADATA) sit at the
+rank's first moment on a track of their own, so that every node of the ET is drawn. Dependencies between lanes are flow arrows. The
+critical path (as ``chakra-hooks stats`` computes it) has its own track, and every node on it
+says ``critical: true``; the process is labelled with the path's total.
+
+ETs without times (the reference converter's) are laid out by their replay: each node starts
+when its dependencies end; nodes a replay never reaches (on or behind a dependency cycle, as in
+the reference converter's corpus ET) are drawn one after another after the end, on a track of
+their own. With a change (``--comm 0.25x``, ``--compute``, ``--comm-from``,
+as ``chakra-hooks whatif``), every rank also gets a second process holding the predicted
+schedule (the replay with the changed durations), so the two can be compared lane by lane.
+
+Tracks are split where nodes of one lane overlap without nesting (a lane's ops are sequential
+in the recording, but a replay may overlap them): Perfetto refuses slices that cross.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from chakra_hooks.linker.enrich.gaps import GAP_NAME
+from chakra_hooks.linker.model import CLOCK_TOLERANCE_PS, PS_PER_US
+
+from .schema import Node, NodeType
+from .stats import critical_path
+from .whatif import Change
+
+_BYTES_ATTRS = ("comm_size", "tensor_size")
+_ARGS = ("comm_type", "pg_name", "comm_src", "comm_dst", "is_cpu_op", "lane", "collective",
+         "duration_unknown", "gap_ns", "engine_step", "moe_layer", "kv_direction")
+_TYPE_NAMES = {value: NodeType.Name(value) for value in NodeType.values()}
+CRITICAL_TRACK = "critical path"
+UNTIMED_TRACK = "untimed (metadata)"
+STUCK_TRACK = "never runs (on or behind a dependency cycle)"
+PREDICTED_PID_BASE = 1_000_000  # what-if processes: their rank + this, sorted after the ranks
+
+
+@dataclass
+class Slice:
+    node: Node
+    start: int  # ps on the rank's own clock (integers: epoch times in float us lose 0.25 us)
+    dur: int  # ps, as drawn (see _trim)
+    lane: str
+    recorded_dur: int | None = None  # ps, where the drawn duration was trimmed
+
+
+@dataclass
+class RankTimeline:
+    """One rank's schedule: slices by node id, and its critical path."""
+
+    rank: int
+    path: str
+    slices: dict[int, Slice]
+    critical: list[int]  # node ids, first to last
+    critical_us: float
+    by_replay: bool  # laid out by replay (the ET had no times)
+    values: dict[int, dict] = field(default_factory=dict)  # node_values
+    stuck: int = 0  # nodes on or behind a dependency cycle (replay only), drawn after the end
+
+
+def schedule(rank: int, path: str, nodes: Sequence[Node], dur: dict[int, float] | None = None,
+             replay: bool = False, values: dict[int, dict] | None = None) -> RankTimeline:
+    """Recorded times (or, with ``replay`` or when the ET has none, the replay with ``dur``,
+    us, or the measured durations, from the rank's first recorded moment) and the critical
+    path under those durations. ``values``: :func:`node_values` of the nodes, if at hand."""
+    values = values if values is not None else node_values(nodes)
+    exact = {n.id: _exact_times(n, values[n.id]) for n in nodes}
+    if dur is None:  # as converter.stats.node_times reads them, so the totals agree
+        dur = {}
+        for node in nodes:
+            start, length = exact[node.id]
+            v = values[node.id]
+            if start is not None:
+                dur[node.id] = (v["duration_ns"] * 1e-3 if "start_ns" in v and "duration_ns" in v
+                                else length / PS_PER_US)
+            else:
+                dur[node.id] = 0.0 if "duration_unknown" in v else float(node.duration_micros)
+    offset = min((t for t, _ in exact.values() if t is not None), default=0)
+    finish, via = critical_path(nodes, dur)
+    by_replay = replay or not any(t is not None for t, _ in exact.values())
+    slices = {}
+    stuck_at = offset + round(max(finish.values(), default=0.0) * PS_PER_US)
+    stuck = 0
+    for node in nodes:
+        start, length = exact[node.id]
+        if by_replay:
+            length = round(dur.get(node.id, 0.0) * PS_PER_US)
+            if node.id not in finish:  # on or behind a dependency cycle: a replay never runs it
+                slices[node.id] = Slice(node, stuck_at, length, STUCK_TRACK)
+                stuck_at += length
+                stuck += 1
+                continue
+            start = offset + round(finish[node.id] * PS_PER_US) - length
+        elif start is None:  # outside time (process groups): at the window's start, apart
+            slices[node.id] = Slice(node, offset, 0, UNTIMED_TRACK)
+            continue
+        slices[node.id] = Slice(node, start, length, _lane(values[node.id]))
+    critical: list[int] = []
+    at = max(finish, key=finish.get) if finish else None
+    total = finish[at] if at is not None else 0.0
+    while at is not None:
+        critical.append(at)
+        at = via.get(at)
+    critical.reverse()
+    return RankTimeline(rank, path, slices, critical, total, by_replay, values, stuck)
+
+
+def node_values(nodes: Sequence[Node]) -> dict[int, dict[str, object]]:
+    """Per node id, its attributes' values by name (scalars as they are, lists as lists): one
+    pass over each node's attributes, shared by every step here."""
+    out = {}
+    for node in nodes:
+        v = {}
+        for attr in node.attr:
+            which = attr.WhichOneof("value")
+            if which is not None:
+                value = getattr(attr, which)
+                v[attr.name] = list(value.values) if which.endswith("_list") else value
+        out[node.id] = v
+    return out
+
+
+def _exact_times(node: Node, v: dict) -> tuple[int | None, int]:
+    """(start ps or None, duration ps) from the finest time the node carries."""
+    if "start_ps" in v:
+        return int(v["start_ps"]), int(v.get("duration_ps", 0))
+    if "start_ns" in v:
+        return int(v["start_ns"]) * 1000, int(v.get("duration_ns", 0)) * 1000
+    if not node.start_time_micros:
+        return None, 0
+    return (node.start_time_micros * PS_PER_US,
+            0 if "duration_unknown" in v else node.duration_micros * PS_PER_US)
+
+
+def _lane(v: dict) -> str:
+    if "lane" in v:
+        return str(v["lane"])
+    return "host" if v.get("is_cpu_op") else "device"
+
+
+class _Writer:
+    """Chrome Trace Event records: complete slices ("X"), names ("M"), flows ("s" / "f")."""
+
+    def __init__(self, origin: int) -> None:
+        self.origin = origin
+        self.events: list[dict] = []
+        self.tids: dict[tuple[int, str], int] = {}
+        self.flow_id = 0
+
+    def process(self, pid: int, name: str, sort: int, labels: str) -> None:
+        self.events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
+                            "args": {"name": name}})
+        self.events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
+                            "args": {"sort_index": sort}})
+        self.events.append({"ph": "M", "name": "process_labels", "pid": pid, "tid": 0,
+                            "args": {"labels": labels}})
+
+    def track(self, pid: int, name: str) -> int:
+        key = (pid, name)
+        tid = self.tids.get(key)
+        if tid is None:
+            tid = self.tids[key] = len(self.tids) + 1
+            self.events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                                "args": {"name": name}})
+            self.events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
+                                "args": {"sort_index": tid}})
+        return tid
+
+    def us(self, ps: int) -> float:
+        """A time in us from the origin, to the nanosecond (ends rounded like starts, so that
+        slices that touch still touch)."""
+        return (ps - self.origin + 500) // 1000 / 1000
+
+    def slice(self, pid: int, tid: int, s: Slice, args: dict) -> None:
+        start_ns = (s.start - self.origin + 500) // 1000
+        end_ns = (s.start + s.dur - self.origin + 500) // 1000
+        kind = _TYPE_NAMES[s.node.type]
+        self.events.append({"ph": "X", "name": s.node.name or kind, "cat": kind,
+                            "pid": pid, "tid": tid,
+                            "ts": start_ns / 1000, "dur": (end_ns - start_ns) / 1000,
+                            "args": args})
+
+    def flow(self, src: tuple[int, int, Slice], dst: tuple[int, int, Slice]) -> None:
+        """An arrow from the end of one slice to the start of another (each event lies inside
+        the slice it binds to: Perfetto binds a flow to the slice enclosing its time)."""
+        self.flow_id += 1
+        (spid, stid, s), (dpid, dtid, d) = src, dst
+        self.events.append({"ph": "s", "name": "dependency", "cat": "dependency",
+                            "id": self.flow_id, "pid": spid, "tid": stid,
+                            "ts": max(self.us(s.start + s.dur) - 0.001, self.us(s.start))})
+        self.events.append({"ph": "f", "bp": "e", "name": "dependency", "cat": "dependency",
+                            "id": self.flow_id, "pid": dpid, "tid": dtid,
+                            "ts": self.us(d.start)})
+
+
+def _args(tl: RankTimeline, s: Slice, critical: set[int]) -> dict:
+    v = tl.values[s.node.id]
+    out: dict[str, object] = {"id": s.node.id, "type": _TYPE_NAMES[s.node.type]}
+    for key in _BYTES_ATTRS:
+        if key in v:
+            out["bytes"] = int(v[key])
+    for key in _ARGS:
+        if key in v:
+            value = v[key]
+            out[key] = value if isinstance(value, (bool, int, float, str)) else str(value)
+    if s.recorded_dur is not None:
+        out["recorded_dur_us"] = s.recorded_dur / PS_PER_US
+    if s.node.id in critical:
+        out["critical"] = True
+    return out
+
+
+def _trim(lane: list[Slice]) -> None:
+    """Where a lane's op ends up to the clock tolerance (converter: 0.5 us) after the next one
+    began, draw it ending where the next begins (its recorded length stays in its args):
+    crossing slices would be refused by Perfetto, or moved to a track of their own."""
+    ordered = sorted(lane, key=lambda s: (s.start, -s.dur))
+    for prev, nxt in zip(ordered, ordered[1:]):
+        end = prev.start + prev.dur
+        if nxt.start < end <= nxt.start + CLOCK_TOLERANCE_PS and nxt.start + nxt.dur > end:
+            prev.recorded_dur = prev.dur
+            prev.dur = nxt.start - prev.start
+
+
+def _place(slices: list[Slice]) -> list[int]:
+    """A sub-track per slice of one lane so that slices on a sub-track nest or are disjoint:
+    the first sub-track whose open slices the new one fits inside (or after)."""
+    order = sorted(range(len(slices)), key=lambda i: (slices[i].start, -slices[i].dur))
+    stacks: list[list[float]] = []  # per sub-track, the ends of its open slices
+    placed = [0] * len(slices)
+    for i in order:
+        s = slices[i]
+        end = s.start + s.dur
+        for k, stack in enumerate(stacks):
+            while stack and stack[-1] <= s.start:
+                stack.pop()
+            if not stack or end <= stack[-1]:
+                stack.append(end)
+                placed[i] = k
+                break
+        else:
+            stacks.append([end])
+            placed[i] = len(stacks) - 1
+    return placed
+
+
+def _draw(w: _Writer, pid: int, tl: RankTimeline, flows: bool) -> dict[int, tuple[int, int, Slice]]:
+    """One rank's lanes, gap tracks and critical-path track into process ``pid``."""
+    critical = set(tl.critical)
+    by_track: dict[str, list[Slice]] = defaultdict(list)
+    for s in tl.slices.values():
+        by_track[f"{s.lane} gaps" if s.node.name == GAP_NAME else s.lane].append(s)
+    where: dict[int, tuple[int, int, Slice]] = {}
+    args: dict[int, dict] = {}
+    for name in sorted(by_track, key=_track_order):
+        group = by_track[name]
+        _trim(group)
+        for s, sub in zip(group, _place(group)):
+            tid = w.track(pid, name if sub == 0 else f"{name} ({sub + 1})")
+            args[s.node.id] = _args(tl, s, critical)
+            w.slice(pid, tid, s, args[s.node.id])
+            where[s.node.id] = (pid, tid, s)
+    path = [tl.slices[n] for n in tl.critical if n in tl.slices]
+    for s, sub in zip(path, _place(path)):
+        tid = w.track(pid, CRITICAL_TRACK if sub == 0 else f"{CRITICAL_TRACK} ({sub + 1})")
+        w.slice(pid, tid, s, args[s.node.id])
+    if flows:
+        for s in tl.slices.values():
+            dst = where.get(s.node.id)
+            for dep in (*s.node.data_deps, *s.node.ctrl_deps):
+                src = where.get(dep)
+                if src is not None and src[2].lane != s.lane and dst is not None:
+                    w.flow(src, dst)
+    return where
+
+
+def _track_order(name: str) -> tuple[int, str]:
+    """Host threads first, then device streams, each lane's gaps after it."""
+    base = name.removesuffix(" gaps")
+    device = base.startswith(("stream", "device", "TPU", "GPU", "/device")) or base == "device"
+    return (1 if device else 0, base + ("~" if name.endswith(" gaps") else ""))
+
+
+def build(recorded: Sequence[RankTimeline], predicted: Sequence[RankTimeline] = (),
+          change: str = "", flows: bool = True) -> dict:
+    """The Chrome Trace Event document of ``recorded`` ranks (and the ``predicted`` schedules
+    beside them). Times are us from the run's first recorded moment."""
+    starts = [s.start for tl in (*recorded, *predicted) for s in tl.slices.values()]
+    origin = min(starts, default=0)
+    w = _Writer(origin)
+    for tl in recorded:
+        how = "laid out by replay (no times in the ET)" if tl.by_replay else "as recorded"
+        w.process(tl.rank, f"rank {tl.rank}", tl.rank,
+                  f"critical path {tl.critical_us:,.3f} us; {how}")
+        _draw(w, tl.rank, tl, flows)
+    for tl in predicted:
+        pid = PREDICTED_PID_BASE + tl.rank
+        w.process(pid, f"rank {tl.rank} what-if: {change}", pid,
+                  f"predicted critical path {tl.critical_us:,.3f} us")
+        _draw(w, pid, tl, flows)
+    return {"traceEvents": w.events, "displayTimeUnit": "ms",
+            "otherData": {"producer": "chakra-hooks timeline", "origin_us": origin / PS_PER_US,
+                          "what_if": change or None}}
+
+
+def draw_files(ranks: Sequence[tuple[int, Path, Path | None]], change: Change | None = None,
+               described: str = "", flows: bool = True
+               ) -> tuple[bytes, list[RankTimeline], list[RankTimeline]]:
+    """The Chrome Trace Event JSON of ETs given as (rank, path, the other run's ET for
+    ``comm_from`` or None), with the schedule predicted under ``change`` when given (and
+    with each collective as measured in the other run's ET where one is given)."""
+    from chakra_hooks.linker.gc_pause import gc_paused
+
+    from . import etio, whatif
+    from .attrs import attr_dict
+    from .stats import node_times
+
+    recorded, predicted = [], []
+    with gc_paused():  # millions of small objects, none in a reference cycle
+        for rank, path, other in ranks:
+            nodes = etio.read_et(path).nodes
+            values = node_values(nodes)
+            recorded.append(schedule(rank, str(path), nodes, values=values))
+            if change is None:
+                continue
+            elsewhere = (whatif.collective_durations(etio.read_et(other).nodes)
+                         if other is not None else None)
+            attrs = {n.id: attr_dict(n) for n in nodes}
+            times = {n.id: node_times(n, attrs[n.id]) for n in nodes}
+            _, changed = whatif.durations(nodes, attrs, times, change, elsewhere, str(path))
+            predicted.append(schedule(rank, str(path), nodes, changed, replay=True,
+                                      values=values))
+        doc = build(recorded, predicted, described if change is not None else "", flows)
+        return orjson.dumps(doc), recorded, predicted

@@ -1,0 +1,179 @@
+"""`chakra-hooks timeline` on corpus conversions and on the reference converter's ET: the file
+passes a strict check of the Chrome Trace Event format as Perfetto reads it (slices of one
+track nest or are disjoint, every flow has both ends inside slices), draws every node the
+reference reader finds, and its critical path has the total `stats` prints."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import shutil
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+from chakra_hooks.converter import etio
+from chakra_hooks.converter.stats import rank_stats
+from chakra_hooks.converter.whatif import Change, replay
+from chakra_hooks.convert import convert_paths
+
+METADATA_NAMES = {"process_name", "process_sort_index", "process_labels", "thread_name",
+                  "thread_sort_index"}
+EPS = 2e-3  # us: times are written rounded to the nanosecond
+
+
+def _timeline(args: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "chakra_hooks", "timeline", *args],
+                          capture_output=True, text=True, timeout=600)
+
+
+def check_trace_events(doc: dict) -> list[dict]:
+    """The Trace Event Format's rules that Perfetto enforces; returns the slices."""
+    assert set(doc) >= {"traceEvents"} and isinstance(doc["traceEvents"], list)
+    slices, flows = [], defaultdict(list)
+    for ev in doc["traceEvents"]:
+        ph = ev["ph"]
+        assert ph in {"X", "M", "s", "f"}, ev
+        assert type(ev["pid"]) is int and type(ev["tid"]) is int, ev
+        if ph == "M":
+            assert ev["name"] in METADATA_NAMES and isinstance(ev["args"], dict), ev
+            continue
+        assert isinstance(ev["name"], str) and ev["name"], ev
+        assert isinstance(ev["ts"], (int, float)) and math.isfinite(ev["ts"]) and ev["ts"] >= 0
+        if ph == "X":
+            assert isinstance(ev["dur"], (int, float)) and math.isfinite(ev["dur"])
+            assert ev["dur"] >= 0 and isinstance(ev["args"], dict), ev
+            slices.append(ev)
+        else:
+            flows[ev["id"]].append(ev)
+    tracks = defaultdict(list)
+    for ev in slices:
+        tracks[(ev["pid"], ev["tid"])].append((ev["ts"], ev["ts"] + ev["dur"]))
+    for key, spans in tracks.items():
+        spans.sort(key=lambda s: (s[0], -s[1]))
+        open_ends: list[float] = []
+        for lo, hi in spans:
+            while open_ends and open_ends[-1] <= lo + EPS:
+                open_ends.pop()
+            assert not open_ends or hi <= open_ends[-1] + EPS, f"track {key}: slices cross"
+            open_ends.append(hi)
+    for fid, ends in flows.items():
+        assert sorted(e["ph"] for e in ends) == ["f", "s"], f"flow {fid}: {ends}"
+        for end in ends:
+            inside = [lo for lo, hi in tracks[(end["pid"], end["tid"])]
+                      if lo - EPS <= end["ts"] <= hi + EPS]
+            assert inside, f"flow {fid} end outside every slice of its track"
+    return slices
+
+
+def _load(path: Path) -> dict:
+    raw = path.read_bytes()
+    return json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+
+
+def _labels(doc: dict) -> dict[int, str]:
+    return {ev["pid"]: ev["args"]["labels"] for ev in doc["traceEvents"]
+            if ev["ph"] == "M" and ev["name"] == "process_labels"}
+
+
+def _tracks(doc: dict) -> dict[tuple[int, int], str]:
+    return {(ev["pid"], ev["tid"]): ev["args"]["name"] for ev in doc["traceEvents"]
+            if ev["ph"] == "M" and ev["name"] == "thread_name"}
+
+
+@pytest.mark.parametrize("inputs, target", [
+    (["pytorch/v100_dlrm_8rank"], "full"),
+    (["pytorch/a100_resnet_nccl"], "astra-sim"),
+    (["jax_xla/tpu_inference_2.xplane.pb"], "full"),
+    (["vllm/mi300x_decode_full/graph_execution.json.gz"], "full"),
+])
+def test_corpus_timelines(corpus: Path, tmp_path: Path, reference_reader, inputs, target) -> None:
+    out = tmp_path / "chakra"
+    convert_paths([corpus / i for i in inputs], out, target=target, progress=False)
+    result = _timeline([str(out), "-o", str(tmp_path / "run.json.gz")])
+    assert result.returncode == 0, result.stderr
+    doc = _load(tmp_path / "run.json.gz")
+    slices = check_trace_events(doc)
+    tracks, labels = _tracks(doc), _labels(doc)
+    ets = sorted(out.glob("*.et"), key=lambda p: int(p.name.split(".")[1]))
+    assert len(labels) == len(ets)
+    for path in ets:
+        rank = int(path.name.split(".")[1])
+        _, ref_nodes = reference_reader(path)  # counted by mlc-chakra, not by our reader
+        drawn = [ev for ev in slices if ev["pid"] == rank
+                 and not tracks[(rank, ev["tid"])].startswith("critical path")]
+        assert len(drawn) == len(ref_nodes)
+        assert Counter(ev["args"]["id"] for ev in drawn) == Counter(n.id for n in ref_nodes)
+        stats = rank_stats(str(path), etio.read_et(path).nodes)
+        assert f"critical path {stats.critical_path_us:,.3f} us" in labels[rank]
+        on_path = sum(ev["dur"] for ev in slices if ev["pid"] == rank
+                      and tracks[(rank, ev["tid"])].startswith("critical path"))
+        assert on_path == pytest.approx(stats.critical_path_us, abs=1e-3 * len(ref_nodes))
+        gaps = [ev for ev in drawn if ev["name"] == "host_gap"]
+        assert all(tracks[(rank, ev["tid"])].split(" (")[0].endswith(" gaps") for ev in gaps)
+    if target == "full" and "dlrm" in inputs[0]:
+        flows = [ev for ev in doc["traceEvents"] if ev["ph"] == "s"]
+        assert flows  # launches, syncs and collectives cross lanes
+
+
+def test_reference_et_without_times_is_laid_out_by_replay(corpus: Path, tmp_path: Path,
+                                                          reference_reader) -> None:
+    et = tmp_path / "ref" / "chakra.0.et"
+    et.parent.mkdir()
+    shutil.copy(corpus / "chakra_reference" / "chakra.0.et", et)
+    result = _timeline([str(et.parent), "-o", str(tmp_path / "ref.json")])
+    assert result.returncode == 0, result.stderr
+    doc = _load(tmp_path / "ref.json")
+    slices = check_trace_events(doc)
+    tracks = _tracks(doc)
+    _, ref_nodes = reference_reader(et)
+    drawn = [ev for ev in slices if not tracks[(ev["pid"], ev["tid"])].startswith("critical")]
+    assert len(drawn) == len(ref_nodes) == 3664
+    assert "laid out by replay" in _labels(doc)[0]
+    stats = rank_stats(str(et), etio.read_et(et).nodes)
+    assert f"critical path {stats.critical_path_us:,.3f} us" in _labels(doc)[0]
+    stuck = [ev for ev in drawn if tracks[(ev["pid"], ev["tid"])].startswith("never runs")]
+    # the reference ET has 383 self-dependencies and a cycle: what a replay never reaches is
+    # drawn after the end, and said
+    assert len(stuck) == len(ref_nodes) - len(stats_finish(et)) > 0
+    assert f"{len(stuck):,} nodes on or behind a dependency cycle" in result.stdout
+    ran = [ev for ev in drawn if ev not in stuck]
+    assert max(ev["ts"] + ev["dur"] for ev in ran) == pytest.approx(stats.critical_path_us,
+                                                                    abs=0.01)
+
+
+def stats_finish(et: Path) -> dict:
+    from chakra_hooks.converter.stats import critical_path
+
+    return critical_path(etio.read_et(et).nodes, {})[0]
+
+
+def test_what_if_is_drawn_beside_the_recording(corpus: Path, tmp_path: Path) -> None:
+    out = tmp_path / "chakra"
+    convert_paths([corpus / "pytorch" / "v100_dlrm_8rank"], out, progress=False)
+    result = _timeline([str(out), "-o", str(tmp_path / "w.json"), "--comm", "0.25x"])
+    assert result.returncode == 0, result.stderr
+    doc = _load(tmp_path / "w.json")
+    check_trace_events(doc)
+    labels = _labels(doc)
+    predicted = {pid - 1_000_000: text for pid, text in labels.items() if pid >= 1_000_000}
+    assert sorted(predicted) == list(range(8))
+    for rank, text in predicted.items():
+        path = out / f"chakra.{rank}.et"
+        expected = replay(str(path), etio.read_et(path).nodes, Change(comm=0.25)).predicted_us
+        assert f"predicted critical path {expected:,.3f} us" in text
+    names = {ev["args"]["name"] for ev in doc["traceEvents"]
+             if ev["ph"] == "M" and ev["name"] == "process_name"}
+    assert "rank 1 what-if: communication x0.25" in names
+    # communication 4x faster moves rank 1 (communication on its critical path)
+    assert "predicted critical path 13,961.750 us" in labels[1_000_001]
+
+
+def test_bad_arguments_are_one_line(tmp_path: Path) -> None:
+    result = _timeline([str(tmp_path / "nothing"), "-o", str(tmp_path / "x.json")])
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert not (tmp_path / "x.json").exists()
