@@ -44,6 +44,7 @@ COMPILED = (
     ("chakra_hooks.converter.wire", "converter/wire.py"),
     ("chakra_hooks.converter.etio", "converter/etio.py"),
     ("chakra_hooks.converter.summary", "converter/summary.py"),
+    ("chakra_hooks.converter.timeline", "converter/timeline.py"),
 )
 PURE_ENV = "CHAKRA_HOOKS_PURE_PYTHON"
 _NAMES = frozenset(name for name, _ in COMPILED)
