@@ -83,6 +83,13 @@ def node_times(node: Node, attrs: dict) -> tuple[float | None, float]:
     return float(node.start_time_micros), float(node.duration_micros)
 
 
+def span_us(times: dict[int, tuple[float | None, float]]) -> float:
+    """From the first start to the last end among timed nodes (``node_times`` values)."""
+    starts = [s for s, _ in times.values() if s is not None]
+    ends = [s + d for s, d in times.values() if s is not None]
+    return (max(ends) - min(starts)) if starts else 0.0
+
+
 def _kind(node: Node, attrs: dict) -> str:
     if node.name == GAP_NAME:
         return "gap"
@@ -98,9 +105,7 @@ def rank_stats(path: str, nodes: Sequence[Node]) -> RankStats:
     """Everything above for one ET's nodes."""
     attrs = {n.id: attr_dict(n) for n in nodes}
     times = {n.id: node_times(n, attrs[n.id]) for n in nodes}
-    starts = [s for s, _ in times.values() if s is not None]
-    ends = [s + d for s, d in times.values() if s is not None]
-    span = (max(ends) - min(starts)) if starts else 0.0
+    span = span_us(times)
     finish, via = critical_path(nodes, {i: d for i, (_, d) in times.items()})
     length = max(finish.values(), default=0.0)
     on_path: list[int] = []

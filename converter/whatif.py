@@ -25,7 +25,7 @@ from chakra_hooks.linker.enrich.gaps import GAP_NAME
 
 from .attrs import attr_dict, value_of
 from .schema import COMM_COLL, COMM_RECV, COMM_SEND, CollectiveCommType, Node
-from .stats import critical_path, node_times
+from .stats import critical_path, node_times, span_us
 
 _COMM = frozenset((COMM_COLL, COMM_SEND, COMM_RECV))
 COMM_TYPES = {CollectiveCommType.Name(v).lower(): v for v in CollectiveCommType.values()}
@@ -116,9 +116,7 @@ def replay(path: str, nodes: Sequence[Node], change: Change = Change(),
     collective in start order taking those durations, us)."""
     attrs = {n.id: attr_dict(n) for n in nodes}
     times = {n.id: node_times(n, attrs[n.id]) for n in nodes}
-    starts = [s for s, _ in times.values() if s is not None]
-    ends = [s + d for s, d in times.values() if s is not None]
-    span = (max(ends) - min(starts)) if starts else 0.0
+    span = span_us(times)
     measured, changed = durations(nodes, attrs, times, change, measured_elsewhere, path)
     before = _path(nodes, measured)
     after = _path(nodes, changed)
