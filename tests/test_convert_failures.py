@@ -193,10 +193,12 @@ def _damaged_simple_add(corpus: Path, folder: Path, where: str) -> None:
     source = corpus / "pytorch" / "a100_simple_add"
     kineto = json.loads(gzip.open(source / "kineto.json.gz").read())
     et = json.loads(gzip.open(source / "host_et.json.gz").read())
+    kernel = next(e for e in kineto["traceEvents"] if e.get("cat") == "kernel")
     if where == "et id":
         et["nodes"][11]["id"] = 10**30
+    elif where == "device":
+        kernel["args"]["device"] = []  # found by the long fuzz run: an unhashable lane key
     else:
-        kernel = next(e for e in kineto["traceEvents"] if e.get("cat") == "kernel")
         kernel["args"]["correlation"] = 10**30
     folder.mkdir()
     (folder / "kineto.json").write_text(json.dumps(kineto))
@@ -207,7 +209,8 @@ def test_numbers_beyond_64_bits_are_refused(corpus: Path, tmp_path: Path) -> Non
     from chakra_hooks.convert import convert_paths
 
     for where, expected in (("et id", "id: an integer from 0 to 2^63"),
-                            ("correlation", "args.correlation: an integer of 64 bits")):
+                            ("correlation", "args.correlation: an integer of 64 bits"),
+                            ("device", "args.device: an integer of 64 bits, got an array")):
         folder = tmp_path / where.replace(" ", "_")
         _damaged_simple_add(corpus, folder, where)
         try:

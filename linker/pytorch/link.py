@@ -499,7 +499,10 @@ class PytorchLinker:
         args = ev.args
         device, stream = args.device, args.stream
         key = (device, stream, ev.pid, ev.tid)
-        lane = self.lanes.get(key)
+        try:
+            lane = self.lanes.get(key)
+        except TypeError:  # a list where an id belongs: _check_ids says so
+            lane = None
         if lane is None:
             self._check_ids(ev)  # once per lane: a new lane is where a bad value shows first
             lane = f"stream:{ev.pid if device is None else device}:" \
