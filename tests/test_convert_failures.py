@@ -140,7 +140,7 @@ def test_a_device_event_with_text_ids_is_refused(corpus: Path, tmp_path: Path) -
     try:
         convert_paths([tmp_path / "kineto.json"], tmp_path / "out", progress=False)
     except TraceFormatError as exc:
-        assert "args.correlation: an integer, got a string ('y')" in str(exc)
+        assert "args.correlation: an integer of 64 bits, got a string ('y')" in str(exc)
     else:
         raise AssertionError("accepted")
 
