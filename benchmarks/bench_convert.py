@@ -1,7 +1,8 @@
 """Benchmark: ``chakra-hooks convert`` on tiled ResNet inputs, beside the reference converter.
 
     python benchmarks/bench_convert.py [--tiles 1 6 22 55] [--workdir DIR] [--reference]
-                                       [--link-only] [--repeat N] [--instructions]
+                                       [--builds] [--floor] [--link-only] [--repeat N]
+                                       [--instructions]
 
 For each K, tiles the real ``a100_resnet_nccl`` pair K times (benchmarks/tile_resnet.py,
 cached in the work directory), then runs our whole ``convert`` (read, link, convert, write)
@@ -14,6 +15,11 @@ wrapper process, so one measurement cannot inflate the next). ``--link-only`` ti
 ``chakra_converter`` on the reference-linked ``a100_resnet_nccl.ref_linked.json.gz`` (the
 reference linker needs PARAM's et_replay, which is not on PyPI, so only K=1 exists for it).
 
+``--builds`` runs each K twice, as installed (compiled where it was built) and as plain
+Python (``CHAKRA_HOOKS_PURE_PYTHON=1``, what a default install runs). ``--floor`` times
+msgspec's typed decode of the same two files into structs holding the fields linking reads
+(``args`` and attributes left undecoded): the least any reader built on it can take.
+
 ``--instructions`` instead counts the instructions of one ``convert`` per K under valgrind's
 callgrind (about 100x slower than a plain run: use K=1 or K=6). On a shared machine whose
 speed drifts by the hour, that count is the figure to compare two builds by.
@@ -24,6 +30,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -56,6 +63,40 @@ assert trace.stats["match_rate"] > 0.99, trace.stats
 """
 
 
+# msgspec's typed decode of a Kineto trace and a host ET (the fields linking reads), for --floor
+FLOOR = r"""
+import sys
+import msgspec
+
+class Event(msgspec.Struct):
+    ph: str = ""
+    name: str = ""
+    cat: str = ""
+    ts: float = 0.0
+    dur: float = 0.0
+    pid: object = None
+    tid: object = None
+    args: msgspec.Raw = msgspec.Raw(b"null")
+
+class Kineto(msgspec.Struct):
+    traceEvents: list[Event]
+
+class Node(msgspec.Struct):
+    id: int
+    name: str = ""
+    ctrl_deps: int = 0
+    inputs: msgspec.Raw = msgspec.Raw(b"null")
+    outputs: msgspec.Raw = msgspec.Raw(b"null")
+    attrs: msgspec.Raw = msgspec.Raw(b"null")
+
+class HostEt(msgspec.Struct):
+    nodes: list[Node]
+
+et, kineto = sys.argv[1], sys.argv[2]
+assert msgspec.json.decode(open(et, "rb").read(), type=HostEt).nodes
+assert msgspec.json.decode(open(kineto, "rb").read(), type=Kineto).traceEvents
+"""
+
 REPEAT = 3  # runs per measurement; the fastest is reported (--repeat)
 
 
@@ -66,13 +107,13 @@ def compiled_status() -> str:
                           capture_output=True, text=True, check=True).stdout.strip()
 
 
-def measure(cmd: list[str]) -> dict:
+def measure(cmd: list[str], env: dict | None = None) -> dict:
     """The fastest of REPEAT runs: on a shared virtual machine other tenants' load only ever
     adds time (CPU steal shows up as user time here), so the minimum is the steadiest figure."""
     runs = []
     for _ in range(REPEAT):
         out = subprocess.run([sys.executable, "-c", WRAPPER, *cmd], capture_output=True,
-                             text=True, check=True)
+                             text=True, check=True, env=env)
         result = json.loads(out.stdout)
         if result["rc"] != 0:
             raise SystemExit(f"{' '.join(cmd)} failed: {result['err']}")
@@ -96,18 +137,29 @@ def row(label: str, mb: float, result: dict) -> str:
             f"{cpu:9.2f} {mb / cpu:8.1f} {peak_mb:9.0f} {peak_mb / mb:7.2f}")
 
 
-def ours(k: int, workdir: Path, link_only: bool) -> str:
+def ours(k: int, workdir: Path, link_only: bool, pure: bool = False) -> str:
     folder, size = ensure_tiles(k, workdir)
     mb = size / 1e6
+    env = dict(os.environ, CHAKRA_HOOKS_PURE_PYTHON="1") if pure else None
+    build = ", plain Python" if pure else ""
     if link_only:
         result = measure([sys.executable, "-c", LINK_ONLY, str(folder / "host_et.json"),
-                          str(folder / "kineto.json")])
-        return row(f"ours link K={k}", mb, result)
+                          str(folder / "kineto.json")], env)
+        return row(f"ours link K={k}{build}", mb, result)
     out = workdir / f"out_x{k}"
     shutil.rmtree(out, ignore_errors=True)
     cli = shutil.which("chakra-hooks") or str(Path(sys.executable).with_name("chakra-hooks"))
-    result = measure([cli, "convert", str(folder), "-o", str(out), "-j", "1", "--overwrite"])
-    return row(f"ours convert K={k}", mb, result)
+    result = measure([cli, "convert", str(folder), "-o", str(out), "-j", "1", "--overwrite"],
+                     env)
+    return row(f"ours convert K={k}{build}", mb, result)
+
+
+def floor(k: int, workdir: Path) -> str:
+    """msgspec's typed decode of the same two files (FLOOR)."""
+    folder, size = ensure_tiles(k, workdir)
+    result = measure([sys.executable, "-c", FLOOR, str(folder / "host_et.json"),
+                      str(folder / "kineto.json")])
+    return row(f"msgspec typed decode K={k}", size / 1e6, result)
 
 
 def instructions(k: int, workdir: Path) -> str:
@@ -156,6 +208,10 @@ def main() -> None:
                         help="where tiles and outputs go (default: a temporary folder)")
     parser.add_argument("--reference", action="store_true")
     parser.add_argument("--link-only", action="store_true")
+    parser.add_argument("--builds", action="store_true",
+                        help="also each K as plain Python (CHAKRA_HOOKS_PURE_PYTHON=1)")
+    parser.add_argument("--floor", action="store_true",
+                        help="also msgspec's typed decode of the same files")
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure (best kept)")
     parser.add_argument("--instructions", action="store_true",
                         help="count instructions under callgrind instead of timing")
@@ -175,6 +231,10 @@ def main() -> None:
               f"{'CPU s':>9} {'MB/CPU-s':>8} {'peak MB':>9} {'peak/in':>7}")
         for k in args.tiles:
             print(ours(k, workdir, args.link_only), flush=True)
+            if args.builds:
+                print(ours(k, workdir, args.link_only, pure=True), flush=True)
+            if args.floor:
+                print(floor(k, workdir), flush=True)
         if args.reference:
             print(reference(workdir), flush=True)
     finally:
