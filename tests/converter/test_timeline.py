@@ -85,12 +85,21 @@ def _tracks(doc: dict) -> dict[tuple[int, int], str]:
             if ev["ph"] == "M" and ev["name"] == "thread_name"}
 
 
-@pytest.mark.parametrize("inputs, target", [
-    (["pytorch/v100_dlrm_8rank"], "full"),
-    (["pytorch/a100_resnet_nccl"], "astra-sim"),
-    (["jax_xla/tpu_inference_2.xplane.pb"], "full"),
-    (["vllm/mi300x_decode_full/graph_execution.json.gz"], "full"),
-])
+CORPUS_RUNS = [  # every corpus trace, as benchmarks/same_outputs.py converts them
+    ["pytorch/a100_resnet_nccl"], ["pytorch/a100_simple_add"], ["pytorch/rtx2080_linear"],
+    ["pytorch/v100_dlrm_8rank"],
+    ["kineto_only/sampled_rank-0.json.gz", "kineto_only/sampled_rank-1.json.gz"],
+    ["kineto_only/b200_eager_rank0.json.gz"],
+    ["vllm/mi300x_decode_full/graph_capture_rank_0.pt.trace.json.gz"],
+    ["vllm/mi300x_decode_full/graph_execution.json.gz"],
+    ["jax_xla/tpu_inference_2.xplane.pb"], ["jax_xla/mi300x_jax_conv.xplane.pb"],
+]
+
+
+@pytest.mark.parametrize("inputs, target", [(run, "full") for run in CORPUS_RUNS]
+                         + [(["pytorch/a100_resnet_nccl"], "astra-sim"),
+                            (["pytorch/v100_dlrm_8rank"], "astra-sim")],
+                         ids=lambda v: v[0].split("/")[-1] if isinstance(v, list) else v)
 def test_corpus_timelines(corpus: Path, tmp_path: Path, reference_reader, inputs, target) -> None:
     out = tmp_path / "chakra"
     convert_paths([corpus / i for i in inputs], out, target=target, progress=False)
