@@ -142,7 +142,8 @@ def _table(result) -> str:
              if network.exists() else
              f"convert ... --target astra-sim, then --workload-configuration {out}/{prefix}")
     lines.append(f"next: chakra-hooks inspect {out} | chakra-hooks stats {out} | chakra-hooks "
-                 f"whatif {out} --comm 0.25x | for ASTRA-sim: {astra}"
+                 f"whatif {out} --comm 0.25x | chakra-hooks timeline {out} -o run.json.gz | "
+                 f"for ASTRA-sim: {astra}"
                  + (f" --comm-group-configuration {result.comm_group}" if result.comm_group else ""))
     return "\n".join(lines)
 
