@@ -205,7 +205,8 @@ def _current_umask() -> int:
 _UMASK = _current_umask()
 
 
-def atomic_write(path: str | os.PathLike, pieces: Iterable[bytes], compress: bool | None = None) -> int:
+def atomic_write(path: str | os.PathLike, pieces: Iterable[bytes], compress: bool | None = None,
+                 compresslevel: int = 6) -> int:
     """Write pieces to ``path`` through a temporary file in the same folder, then rename.
 
     ``compress`` defaults to whether the name ends in ``.gz``. Returns bytes written (before
@@ -220,7 +221,8 @@ def atomic_write(path: str | os.PathLike, pieces: Iterable[bytes], compress: boo
     try:
         with os.fdopen(fd, "wb") as raw:
             # mtime=0 keeps compressed output reproducible byte for byte.
-            out = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) if compress else raw
+            out = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=compresslevel,
+                                mtime=0) if compress else raw
             batch: list[bytes] = []
             for piece in pieces:
                 batch.append(piece)

@@ -23,6 +23,8 @@ PS_PER_US = 1_000_000
 # Chakra's microsecond, so that no kept edge is more than 1 us late in the written ET either
 # (the converter rounds ends and starts alike: converter/graph.py).
 CLOCK_TOLERANCE_PS = 500_000
+# More ranks (devices) than any job runs: a world size or replica group beyond it is damage.
+MAX_RANKS = 1 << 24
 
 AttrValue = Union[bool, int, float, str, list[int], list[float], list[str], list[bool]]
 """Extra attribute values. The converter maps bool -> bool_val, int -> int64_val,

@@ -33,6 +33,7 @@ from pathlib import Path
 import orjson
 
 from chakra_hooks.common.errors import TraceFormatError
+from chakra_hooks.linker.model import MAX_RANKS
 from chakra_hooks.linker.sources import RankJob
 
 FORMAT = "pytorch"
@@ -253,11 +254,8 @@ def _rank_words(rank: int | None) -> str:
     return "rank unknown (no distributedInfo, none in the file names)"
 
 
-MAX_WORLD = 1 << 24  # more ranks than any job runs: beyond it a world size is damage
-
-
 def _warn_missing(ranks: set, world: object, source: str, warn: Callable[[str], None]) -> None:
-    if type(world) is not int or not 0 < world <= MAX_WORLD:
+    if type(world) is not int or not 0 < world <= MAX_RANKS:
         if world is not None:
             warn(f"{source} name a world size of {str(world)[:24]}, which is no rank count: "
                  "ignored")

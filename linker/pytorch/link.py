@@ -535,10 +535,11 @@ class PytorchLinker:
             if comm is None:
                 attrs["comm_unresolved"] = "kind or peer unknown: replayed as compute"
         # Device and stream are in the lane name; the correlation leads back to Kineto.
-        if type(args.correlation) is int:
-            attrs["correlation"] = args.correlation
-        elif args.correlation is not None:
-            self._check_ids(ev)
+        corr = args.correlation
+        if corr is not None:
+            if type(corr) is not int or not -_INT64 <= corr < _INT64:
+                self._check_ids(ev)  # raises, naming the field
+            attrs["correlation"] = corr
         if runtime is None:
             return
         self.launches.append((runtime, op.uid, lane))

@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from chakra_hooks.linker.model import MAX_RANKS
 from chakra_hooks.linker.xla import hlo_pb2
 
 # Bits per element; a shape's byte size rounds the total up to whole bytes.
@@ -35,7 +36,6 @@ PRIMITIVE_TYPES: dict[int, str] = {
     23: "f8e4m3b11fnuz", 24: "f8e5m2fnuz", 25: "f8e4m3fnuz", 26: "s2", 27: "u2",
     28: "f8e4m3", 29: "f8e3m4", 30: "s1", 31: "u1", 32: "f4e2m1fn", 33: "f8e8m0fnu",
 }
-MAX_DEVICES = 1 << 24  # more devices than any job runs: beyond it a replica group is damage
 COLLECTIVES = frozenset({
     "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
     "ragged-all-to-all", "collective-broadcast",
@@ -317,8 +317,8 @@ def mesh_groups(axes_text: str, listed_text: str) -> list[list[int]]:
     if not axes or any(name not in names for name in listed):
         raise HloParseError(f"replica_groups=mesh[{axes_text}] {{{listed_text}}}: axes do not fit")
     sizes = [size for _, size in axes]
-    if math.prod(sizes) > MAX_DEVICES:
-        raise HloParseError(f"replica_groups=mesh[{axes_text}]: more than {MAX_DEVICES} devices")
+    if math.prod(sizes) > MAX_RANKS:
+        raise HloParseError(f"replica_groups=mesh[{axes_text}]: more than {MAX_RANKS} devices")
     strides = [1] * len(sizes)
     for k in range(len(sizes) - 2, -1, -1):
         strides[k] = strides[k + 1] * sizes[k + 1]
@@ -339,7 +339,7 @@ def iota_groups(num_groups: int, group_size: int, dims: list[int], perm: list[in
     for d in dims:
         total *= d
     if (total != num_groups * group_size or sorted(perm) != list(range(len(dims)))
-            or total > MAX_DEVICES):
+            or total > MAX_RANKS):
         raise HloParseError(f"iota replica groups [{num_groups},{group_size}]<={dims}T{perm} do not fit")
     strides = [1] * len(dims)
     for k in range(len(dims) - 2, -1, -1):
