@@ -10,12 +10,18 @@ Three layouts are handled, all found in real files:
   ``hlo_module`` / ``program_id`` stats (often as ``ref_value``).
 - CPU backend: no device plane; XLA ops run on ``/host:CPU`` thread lines with ``hlo_op``,
   ``hlo_module``, ``program_id``, ``run_id`` and ``device_ordinal`` stats.
+
+A device's events are kept as columns (:class:`DeviceEvents`), not an object each: a large
+profile has millions, and an object per event with its three integers took ~210 bytes, seven
+times the profile's own size in memory (docs/performance.md).
 """
 
 from __future__ import annotations
 
 import bisect
 import re
+from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from chakra_hooks.linker.gc_pause import gc_paused
@@ -24,10 +30,16 @@ from chakra_hooks.linker.xla.xspace import SESSION_CLOCK, PlaneView, XSpaceFile,
 _DEVICE_PLANE_RE = re.compile(r"^/device:(TPU|GPU):(\d+)$")
 _STREAM_RE = re.compile(r"Stream #(\d+)")
 
+_COPIES = (None, "load", "store", "device")  # DeviceEvents.copy codes
+_COPY_CODES = {copy: code for code, copy in enumerate(_COPIES)}
+_NO_CORRELATION = -(1 << 63)  # DeviceEvents.correlation of an event without one
+_NO_DETAILS = (None, None, None, None)
+
 
 @dataclass(slots=True)
 class DeviceEvent:
-    """One op execution on a device (a TPU op, a GPU kernel, a CPU thunk)."""
+    """One op execution on a device (a TPU op, a GPU kernel, a CPU thunk), as the linker reads
+    it: made on demand from a device's columns (:meth:`DeviceEvents.event`)."""
 
     name: str  # HLO instruction name when known, else the event name
     module_key: str  # "<module name>(<program id>)", "" when unknown
@@ -44,13 +56,166 @@ class DeviceEvent:
     correlation: int | None = None  # GPU: the id of the host call that launched it
 
 
+class DeviceEvents:
+    """One device's events as columns: item ``i`` of each column is event ``i``'s field, in the
+    order the events were read.
+
+    Times and correlation ids are 64-bit arrays (a column becomes a list if a damaged or
+    unusual profile gives a value beyond 64 bits); names, module keys and lanes are indices
+    into ``strings``; a TPU op's instruction text, flops, bytes and category, which its event
+    metadata fixes, are an index into ``details``."""
+
+    __slots__ = ("start_ps", "dur_ps", "name", "module_key", "lane", "exec_key", "copy",
+                 "correlation", "detail", "transfer", "strings", "details", "_string_ids")
+
+    def __init__(self) -> None:
+        self.start_ps = array("q")
+        self.dur_ps = array("q")
+        self.correlation = array("q")  # _NO_CORRELATION: none
+        self.name = array("i")
+        self.module_key = array("i")
+        self.lane = array("i")
+        self.detail: array | None = None  # TPU only: made (zeros before) by the first detail
+        self.copy = array("b")  # index into _COPIES
+        self.transfer: array | None = None  # TPU only: made by the first transfer
+        self.exec_key: list[object] = []  # appended last: its length is the number of events
+        self.strings: list[str] = [""]
+        self._string_ids: dict[str, int] = {"": 0}
+        self.details: list[tuple] = [_NO_DETAILS]
+
+    def __len__(self) -> int:
+        return len(self.exec_key)
+
+    def intern(self, text: str) -> int:
+        """The index of ``text`` in ``strings`` (added when new)."""
+        index = self._string_ids.get(text)
+        if index is None:
+            index = self._string_ids[text] = len(self.strings)
+            self.strings.append(text)
+        return index
+
+    def add(self, name: int, module_key: int, start_ps: int, dur_ps: int, lane: int,
+            exec_key: object = None, detail: int = 0, transfer: bool = False, copy: int = 0,
+            correlation: int | None = None) -> None:
+        """Append one event (strings as :meth:`intern` indices, ``copy`` an index into
+        _COPIES)."""
+        if type(self.start_ps) is list:
+            self.start_ps.append(start_ps)
+            self.dur_ps.append(dur_ps)
+            self.correlation.append(correlation)
+        else:
+            try:
+                if correlation == _NO_CORRELATION:
+                    raise OverflowError  # the sentinel itself as a real id: keep it apart
+                self.start_ps.append(start_ps)
+                self.dur_ps.append(dur_ps)
+                self.correlation.append(_NO_CORRELATION if correlation is None else correlation)
+            except OverflowError:
+                self.widen()
+                self.start_ps.append(start_ps)
+                self.dur_ps.append(dur_ps)
+                self.correlation.append(correlation)
+        self.name.append(name)
+        self.module_key.append(module_key)
+        self.lane.append(lane)
+        if detail or self.detail is not None:
+            self._made("detail", "i").append(detail)
+        self.copy.append(copy)
+        if transfer or self.transfer is not None:
+            self._made("transfer", "b").append(transfer)
+        self.exec_key.append(exec_key)
+
+    def _made(self, column: str, typecode: str) -> array:
+        """An optional column, made of zeros for the events before it was first needed."""
+        values = getattr(self, column)
+        if values is None:
+            values = array(typecode, bytes(len(self) * array(typecode).itemsize))
+            setattr(self, column, values)
+        return values
+
+    def fill_line(self, count: int, lane: int) -> None:
+        """For the last ``count`` events, appended to the time, correlation, name, module and
+        copy columns only: the rest (``lane``, no run yet; no details, not transfers)."""
+        if count:
+            self.lane.extend(array("i", [lane]) * count)
+            for column in (self.detail, self.transfer):
+                if column is not None:
+                    column.frombytes(bytes(count * column.itemsize))
+            self.exec_key.extend([None] * count)
+
+    def widen(self) -> None:
+        """The integer columns as lists (None for "no correlation"), cut to the complete
+        events (a failed append may have added a value to some of them)."""
+        if type(self.start_ps) is list:
+            return
+        n = len(self.exec_key)
+        self.start_ps = list(self.start_ps[:n])
+        self.dur_ps = list(self.dur_ps[:n])
+        self.correlation = [None if c == _NO_CORRELATION else c for c in self.correlation[:n]]
+
+    def correlation_of(self, i: int) -> int | None:
+        corr = self.correlation[i]
+        return None if corr == _NO_CORRELATION and type(self.correlation) is not list else corr
+
+    def set_times(self, i: int, start_ps: int, dur_ps: int) -> None:
+        try:
+            self.start_ps[i], self.dur_ps[i] = start_ps, dur_ps
+        except OverflowError:
+            self.widen()
+            self.start_ps[i], self.dur_ps[i] = start_ps, dur_ps
+
+    def event(self, i: int) -> DeviceEvent:
+        strings = self.strings
+        text, flops, bytes_accessed, category = (
+            _NO_DETAILS if self.detail is None else self.details[self.detail[i]])
+        return DeviceEvent(strings[self.name[i]], strings[self.module_key[i]], self.start_ps[i],
+                           self.dur_ps[i], strings[self.lane[i]], self.exec_key[i], text, flops,
+                           bytes_accessed, category, self.is_transfer(i), _COPIES[self.copy[i]],
+                           self.correlation_of(i))
+
+    def is_transfer(self, i: int) -> bool:
+        return self.transfer is not None and bool(self.transfer[i])
+
+    @property
+    def has_transfers(self) -> bool:
+        return self.transfer is not None and any(self.transfer)
+
+    def by_start(self) -> Iterator[int]:
+        """Event indices in start order (ties: read order). Each index is sorted packed
+        beside its start in one integer, half the memory of sorting indices by a key."""
+        n = len(self)
+        if not n:
+            return iter(())
+        start = self.start_ps
+        low = min(start)
+        shift = n.bit_length()
+        packed = [(s - low) << shift | i for i, s in enumerate(start)]
+        packed.sort()
+        mask = (1 << shift) - 1
+        return (p & mask for p in packed)
+
+    def linking_order(self) -> list[int]:
+        """Event indices by (start, transfer, lane name), ties in read order: at equal starts
+        a transfer follows the copy-start that issues it."""
+        strings = self.strings
+        ranks = {lane: rank for rank, lane in enumerate(sorted(set(self.lane), key=strings.__getitem__))}
+        lanes = len(ranks)
+        start, transfer, lane = self.start_ps, self.transfer, self.lane
+        low = min(start) if len(self) else 0
+        if transfer is None:
+            keys = [(start[i] - low) * 2 * lanes + ranks[lane[i]] for i in range(len(self))]
+        else:
+            keys = [((start[i] - low) * 2 + transfer[i]) * lanes + ranks[lane[i]] for i in range(len(self))]
+        return sorted(range(len(self)), key=keys.__getitem__)
+
+
 @dataclass(slots=True)
 class Device:
     kind: str  # "tpu", "gpu", "cpu"
     ordinal: int
     plane: str
     clock: str
-    events: list[DeviceEvent] = field(default_factory=list)
+    events: DeviceEvents = field(default_factory=DeviceEvents)
 
 
 def collect_devices(space: XSpaceFile) -> list[Device]:
@@ -70,6 +235,7 @@ def _collect_devices(space: XSpaceFile) -> list[Device]:
             devices.append(_tpu_device(view, int(m.group(2))))
         else:
             devices.append(_gpu_device(view, int(m.group(2))))
+        space.release(index)
     if not devices:
         for index, name in enumerate(space.plane_names):
             if name == "/host:CPU":
@@ -110,82 +276,93 @@ def _tpu_device(view: PlaneView, ordinal: int) -> Device:
     if chip_offset is not None:
         clock += f"; TPU ops: device_offset_ps + {chip_offset} ps (per-chip offset)"
     dev = Device("tpu", ordinal, view.name, clock)
+    events = dev.events
     spans = _module_spans(view)
     starts = [s for s, _, _ in spans]
+    span_keys = [events.intern(key) for _, _, key in spans]
     off_id = view.stat_ids.get("device_offset_ps")
     dur_id = view.stat_ids.get("device_duration_ps")
     points: list[tuple[int, int]] = []  # (session start, session - device) of every op
-    transfers: list[DeviceEvent] = []
+    transfers: list[int] = []
+    by_metadata: dict[int, tuple[int, int]] = {}  # event metadata id -> (name, details) indices
     for line_name, transfer in (("XLA Ops", False), ("Async XLA Ops", True)):
         line = ops_line if not transfer else view.line(line_name)  # each line decoded once
         if line is None:
             continue
-        lane = f"tpu:{ordinal}:{line_name}"
+        lane = events.intern(f"tpu:{ordinal}:{line_name}")
         for mid, start, dur, stats in view.events(line):
-            ev = _tpu_event(view, mid, start, dur, lane, transfer)
+            named = by_metadata.get(mid)
+            if named is None:
+                named = by_metadata[mid] = _tpu_op(view, mid, events)
             idx = bisect.bisect_right(starts, start) - 1  # module run, on the session clock
-            if idx >= 0:
-                ev.exec_key = idx
-                ev.module_key = spans[idx][2]
-            dev.events.append(ev)
+            module_key, exec_key = (span_keys[idx], idx) if idx >= 0 else (0, None)
             dev_off = None if transfer else view.int_stat(stats, off_id)
             if transfer:
-                transfers.append(ev)
+                transfers.append(len(events))
             elif dev_off is not None and chip_offset is not None:
                 points.append((start, start - dev_off))
-                ev.start_ps = dev_off + chip_offset
                 dev_dur = view.int_stat(stats, dur_id)
-                ev.dur_ps = dur if dev_dur is None else dev_dur  # 0 is a real device duration
+                start = dev_off + chip_offset
+                dur = dur if dev_dur is None else dev_dur  # 0 is a real device duration
+            events.add(named[0], module_key, start, dur, lane, exec_key, named[1], transfer)
     if points and chip_offset is not None:
         points.sort()
         keys = [p[0] for p in points]
-        for ev in transfers:
-            end = ev.start_ps + ev.dur_ps
-            dstart = points[max(0, bisect.bisect_right(keys, ev.start_ps) - 1)][1]
+        for i in transfers:
+            start = events.start_ps[i]
+            end = start + events.dur_ps[i]
+            dstart = points[max(0, bisect.bisect_right(keys, start) - 1)][1]
             dend = points[max(0, bisect.bisect_right(keys, end) - 1)][1]
-            ev.start_ps, end = ev.start_ps - dstart + chip_offset, end - dend + chip_offset
-            ev.dur_ps = max(0, end - ev.start_ps)
-    _clamp_transfers(dev.events, transfers)
+            start, end = start - dstart + chip_offset, end - dend + chip_offset
+            events.set_times(i, start, max(0, end - start))
+    _clamp_transfers(events, transfers)
     return dev
 
 
-def _clamp_transfers(events: list[DeviceEvent], transfers: list[DeviceEvent]) -> None:
+def _clamp_transfers(events: DeviceEvents, transfers: list[int]) -> None:
     """A transfer cannot start before the copy-start that issues it.
 
     XProf draws some ``async-copy`` spans from an earlier point than their copy-start (by a
     few ms in the corpus); such a span is shortened to start at the nearest copy-start of the
     same instruction and module run, keeping its end."""
-    issued: dict[tuple[str, object, str], list[int]] = {}
-    for ev in events:
-        if not ev.transfer:
-            issued.setdefault((ev.module_key, ev.exec_key, ev.name), []).append(ev.start_ps)
+    if not transfers:
+        return
+    start_ps, dur_ps = events.start_ps, events.dur_ps
+    module_key, exec_key, name, transfer = events.module_key, events.exec_key, events.name, events.transfer
+    issued: dict[tuple[int, object, int], list[int]] = {}
+    for i in range(len(events)):
+        if not transfer[i]:
+            issued.setdefault((module_key[i], exec_key[i], name[i]), []).append(start_ps[i])
     for starts in issued.values():
         starts.sort()
-    for ev in transfers:
-        starts = issued.get((ev.module_key, ev.exec_key, ev.name))
+    for i in transfers:
+        starts = issued.get((module_key[i], exec_key[i], name[i]))
         if not starts:
             continue
-        k = bisect.bisect_left(starts, ev.start_ps)
-        nearest = min(starts[max(0, k - 1):k + 1], key=lambda s: abs(s - ev.start_ps))
-        if nearest > ev.start_ps:
-            end = ev.start_ps + ev.dur_ps
-            ev.start_ps = nearest
-            ev.dur_ps = max(0, end - nearest)
+        start = start_ps[i]
+        k = bisect.bisect_left(starts, start)
+        nearest = min(starts[max(0, k - 1):k + 1], key=lambda s: abs(s - start))
+        if nearest > start:
+            events.set_times(i, nearest, max(0, start + dur_ps[i] - nearest))
+            start_ps, dur_ps = events.start_ps, events.dur_ps
 
 
-def _tpu_event(view: PlaneView, mid: int, start: int, dur: int, lane: str, transfer: bool) -> DeviceEvent:
+def _tpu_op(view: PlaneView, mid: int, events: DeviceEvents) -> tuple[int, int]:
+    """(name, details) indices of a TPU op's event metadata: the name from the instruction
+    text when the event name is one, flops, bytes and category from the metadata's stats."""
     md = view.plane.event_metadata[mid]
     meta = view.metadata_stats(mid)
     text = md.name if md.name.startswith("%") else None
     name = md.name
     if text is not None:  # "%name = ..." -> "name"
         name = text[1:].split(" ", 1)[0]
-    return DeviceEvent(
-        name=name, module_key="", start_ps=start, dur_ps=dur, lane=lane, exec_key=None, text=text,
-        flops=_int(meta.get("flops")), bytes_accessed=_int(meta.get("bytes_accessed")),
-        category=str(meta.get("hlo_category")) if "hlo_category" in meta else None,
-        transfer=transfer,
-    )
+    details = (text, _int(meta.get("flops")), _int(meta.get("bytes_accessed")),
+               str(meta.get("hlo_category")) if "hlo_category" in meta else None)
+    detail = 0
+    if details != _NO_DETAILS:
+        detail = len(events.details)
+        events.details.append(details)
+    return events.intern(name), detail
 
 
 def _module_spans(view: PlaneView) -> list[tuple[int, int, str]]:
@@ -199,24 +376,98 @@ def _module_spans(view: PlaneView) -> list[tuple[int, int, str]]:
 
 
 def _gpu_device(view: PlaneView, ordinal: int) -> Device:
+    """Kernels and copies, one lane per stream line.
+
+    This runs for every event of a GPU profile (millions), so it is written for that: the stats
+    are read in one loop rather than through PlaneView.pick, each distinct string an event
+    yields is resolved once, the columns are appended through bound methods, and what is the
+    same for a whole line (lane, no run yet, no TPU details) is added once per line."""
     dev = Device("gpu", ordinal, view.name, SESSION_CLOCK)
-    ids = _wanted(view, ("hlo_op", "hlo_module", "program_id", "correlation_id"))
-    module_key = _ModuleKeys()
+    events = dev.events
+    intern = events.intern
+    ids = view.stat_ids
+    op_id, module_id, program_id, corr_id = (
+        ids.get(name, -1) for name in ("hlo_op", "hlo_module", "program_id", "correlation_id"))
+    wanted = {op_id, module_id, program_id, corr_id}
+    raw_stat, unique_stat, cached_stat = view.raw_stat, view.unique_stat, view.stat_cache.get
+    by_metadata: dict[int, tuple[int, int]] = {}  # event metadata id -> (name, copy code)
+    op_names: dict[object, int] = {}  # hlo_op value -> name
+    module_keys: dict[tuple[object, object], int] = {}  # (hlo_module, program_id) -> key
+    add_start, add_dur, add_corr = events.start_ps.append, events.dur_ps.append, events.correlation.append
+    add_name, add_module, add_copy = events.name.append, events.module_key.append, events.copy.append
     for line in view.lines():
         sm = _STREAM_RE.search(line.name)
-        lane = f"stream:{ordinal}:{sm.group(1) if sm else line.name}"
-        copy = _copy_direction(line.name)
-        for mid, start, dur, stats in view.events(line):
-            values = view.pick(stats, ids)
-            op = values.get("hlo_op")
-            name = view.event_name(mid)
-            dev.events.append(DeviceEvent(
-                name=str(op) if op else name,
-                module_key=module_key(values.get("hlo_module"), values.get("program_id")) if op else "",
-                start_ps=start, dur_ps=dur, lane=lane, exec_key=None,
-                copy=copy or _copy_direction(name), correlation=_int(values.get("correlation_id"))))
-    _number_runs(dev.events)
+        lane = intern(f"stream:{ordinal}:{sm.group(1) if sm else line.name}")
+        line_copy = _copy_direction(line.name)
+        base = view.line_base_ps(line)
+        count = 0
+        for ev in line.events:
+            op = module = program = corr = None
+            for raw in ev.stats:
+                if len(raw) > 1 and raw[0] == 0x08 and raw[1] < 0x80:  # the usual layout
+                    sid = raw[1]
+                    if sid not in wanted:
+                        continue  # a stat no one reads: not decoded
+                    if sid == corr_id:
+                        corr = unique_stat(raw)[2]
+                        continue
+                hit = cached_stat(raw) or raw_stat(raw)
+                sid = hit[0]
+                if sid == op_id:
+                    op = hit[2]
+                elif sid == module_id:
+                    module = hit[2]
+                elif sid == program_id:
+                    program = hit[2]
+                elif sid == corr_id:
+                    corr = hit[2]
+            mid = ev.metadata_id
+            named = by_metadata.get(mid)
+            if named is None:
+                name = view.event_name(mid)
+                named = by_metadata[mid] = (intern(name), _COPY_CODES[line_copy or _copy_direction(name)])
+            if op:
+                name_index = op_names.get(op)
+                if name_index is None:
+                    name_index = op_names[op] = intern(str(op))
+                module_index = module_keys.get((module, program))
+                if module_index is None:
+                    module_index = module_keys[(module, program)] = intern(_module_key(module, program))
+            else:
+                name_index, module_index = named[0], 0
+            if corr is not None and type(corr) is not int:
+                corr = _int(corr)
+            start, dur = base + ev.offset_ps, ev.duration_ps
+            try:
+                if corr == _NO_CORRELATION:
+                    raise OverflowError  # the sentinel itself as a real id
+                add_start(start)
+                add_dur(dur)
+                add_corr(_NO_CORRELATION if corr is None else corr)
+            except OverflowError:  # a value beyond 64 bits: lists from here on
+                events.fill_line(count, lane)
+                events.widen()
+                events.add(name_index, module_index, start, dur, lane, None, 0, False, named[1], corr)
+                add_start, add_dur, add_corr = events.start_ps.append, events.dur_ps.append, _none_as_is(events)
+                count = 0
+                continue
+            add_name(name_index)
+            add_module(module_index)
+            add_copy(named[1])
+            count += 1
+        events.fill_line(count, lane)
+    _number_runs(events)
     return dev
+
+
+def _none_as_is(events: DeviceEvents):
+    """The correlation column's append once it is a list: None is kept as None (the array
+    stored it as _NO_CORRELATION)."""
+    append = events.correlation.append
+
+    def add(corr: int | None) -> None:
+        append(None if corr == _NO_CORRELATION else corr)
+    return add
 
 
 def _copy_direction(text: str) -> str | None:
@@ -234,7 +485,7 @@ def _copy_direction(text: str) -> str | None:
 
 class _ModuleKeys(dict):
     """_module_key, one string per distinct (module, program id): millions of events share a
-    few, so they share the string too (memory) and the formatting is done once (time)."""
+    few, so the formatting is done once."""
 
     def __call__(self, name: object, program_id: object) -> str:
         key = (name, program_id)
@@ -249,22 +500,27 @@ def _wanted(view: PlaneView, names: tuple[str, ...]) -> dict[int, str]:
     return {view.stat_ids[n]: n for n in names if n in view.stat_ids}
 
 
-def _number_runs(events: list[DeviceEvent]) -> None:
+def _number_runs(events: DeviceEvents) -> None:
     """GPU kernels carry no run id: a module's run ends when one of its instructions repeats.
 
     Several kernels of one instruction (a convolution and its helpers) are consecutive, so a
     repeat only counts after another instruction of the module was seen in between."""
-    events.sort(key=lambda e: e.start_ps)
-    state: dict[str, tuple[int, set[str], str]] = {}
-    for ev in events:
-        if not ev.module_key:
+    module_key, name, exec_key = events.module_key, events.name, events.exec_key
+    state: dict[int, list] = {}  # module -> [run, instructions seen in it, last instruction]
+    for i in events.by_start():
+        module = module_key[i]
+        if not module:
             continue
-        run, seen, last = state.get(ev.module_key, (0, set(), ""))
-        if ev.name in seen and ev.name != last:
-            run, seen = run + 1, set()
-        seen.add(ev.name)
-        state[ev.module_key] = (run, seen, ev.name)
-        ev.exec_key = run
+        op = name[i]
+        run = state.get(module)
+        if run is None:
+            run = state[module] = [0, set(), op]
+        elif op != run[2] and op in run[1]:
+            run[0] += 1
+            run[1] = set()
+        run[1].add(op)
+        run[2] = op
+        exec_key[i] = run[0]
 
 
 def _cpu_devices(view: PlaneView) -> list[Device]:
@@ -273,7 +529,7 @@ def _cpu_devices(view: PlaneView) -> list[Device]:
         return []
     by_ordinal: dict[int, Device] = {}
     module_key = _ModuleKeys()
-    lanes: dict[int, str] = {}
+    lanes: dict[int, int] = {}
     for line in view.lines():
         for mid, start, dur, stats in view.events(line):
             values = view.pick(stats, ids)
@@ -285,8 +541,9 @@ def _cpu_devices(view: PlaneView) -> list[Device]:
             if dev is None:
                 dev = by_ordinal[ordinal] = Device("cpu", ordinal, f"{view.name} device_ordinal={ordinal}",
                                                    SESSION_CLOCK)
-                lanes[ordinal] = f"cpu:{ordinal}"
-            dev.events.append(DeviceEvent(
-                name=str(op), module_key=module_key(values.get("hlo_module"), values.get("program_id")),
-                start_ps=start, dur_ps=dur, lane=lanes[ordinal], exec_key=values.get("run_id")))
+                lanes[ordinal] = dev.events.intern(f"cpu:{ordinal}")
+            events = dev.events
+            events.add(events.intern(str(op)),
+                       events.intern(module_key(values.get("hlo_module"), values.get("program_id"))),
+                       start, dur, lanes[ordinal], values.get("run_id"))
     return list(by_ordinal.values())

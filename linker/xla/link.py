@@ -194,9 +194,10 @@ _EDGE_SLACK_PS = 1_000_000
 
 @dataclass(slots=True)
 class _Placed:
-    """The ops made from one device event, and what the edges need to know about it."""
+    """The ops made from one device event (``index`` in the device's columns), and what the
+    edges need to know about it."""
 
-    event: DeviceEvent
+    index: int
     uids: list[int]
     module: hlo.HloModule | None = None
     inst: hlo.Instruction | None = None
@@ -224,14 +225,14 @@ class _DeviceLinker:
                                     "local_device_ordinal": dev.ordinal})
 
     def link(self) -> LinkedTrace:
-        # At equal starts a transfer follows the copy-start that issues it (uids = this order).
-        self.dev.events.sort(key=lambda e: (e.start_ps, e.transfer, e.lane))
-        self.has_transfers = any(e.transfer for e in self.dev.events)  # once, not per copy-start
+        events = self.dev.events
+        self.has_transfers = events.has_transfers  # once, not per copy-start
         matched = 0
-        for ev in self.dev.events:
+        for i in events.linking_order():  # uids follow this order
+            ev = events.event(i)
             module, inst = self._resolve(ev)
             matched += inst is not None
-            self.placed.append(_Placed(ev, self._make_ops(ev, module, inst), module, inst))
+            self.placed.append(_Placed(i, self._make_ops(ev, module, inst), module, inst))
         self._data_edges()
         self._stream_edges()
         self._copy_edges()
@@ -350,16 +351,21 @@ class _DeviceLinker:
 
     def _data_edges(self) -> None:
         """Producer -> consumer through HLO operands, within one run of one module."""
+        events = self.dev.events
+        strings, module_keys, exec_keys = events.strings, events.module_key, events.exec_key
+        start_ps, transfer = events.start_ps, events.is_transfer
         index: dict[tuple[object, str, str], tuple[list[int], list[int]]] = {}
         executed: dict[str, set[str]] = {}
         for p in self.placed:
             if p.inst is None:
                 continue
-            name = p.inst.name + ("#transfer" if p.event.transfer else "")
-            starts, uids = index.setdefault((p.event.module_key, str(p.event.exec_key), name), ([], []))
-            starts.append(p.event.start_ps)
+            i = p.index
+            name = p.inst.name + ("#transfer" if transfer(i) else "")
+            module_key = strings[module_keys[i]]
+            starts, uids = index.setdefault((module_key, str(exec_keys[i]), name), ([], []))
+            starts.append(start_ps[i])
             uids.append(self._result_uid(p))
-            executed.setdefault(p.event.module_key, set()).add(p.inst.name)
+            executed.setdefault(module_key, set()).add(p.inst.name)
         memo: dict[tuple[str, str], tuple[str, ...]] = {}
         edges = self.trace.edges
         seen: set[tuple[int, int]] = set()
@@ -367,8 +373,9 @@ class _DeviceLinker:
         for p in self.placed:
             if p.inst is None or p.module is None:
                 continue
-            run = (p.event.module_key, str(p.event.exec_key))
-            if p.event.transfer:  # copy-start issues the transfer
+            i = p.index
+            run = (strings[module_keys[i]], str(exec_keys[i]))
+            if transfer(i):  # copy-start issues the transfer
                 producers: tuple[str, ...] = (p.inst.name,)
             else:
                 producers = _producers(p.module, p.inst, executed.get(run[0], set()), memo)
@@ -380,7 +387,7 @@ class _DeviceLinker:
                 if found is None:
                     continue
                 starts, uids = found
-                k = bisect.bisect_right(starts, p.event.start_ps) - 1
+                k = bisect.bisect_right(starts, start_ps[i]) - 1
                 if k < 0:
                     continue
                 for dst in p.uids:
@@ -436,23 +443,26 @@ class _DeviceLinker:
         """Each op waits for the latest op on its lane that had finished when it started.
 
         Ops of one event (a SEND and a RECV of one permute) are concurrent and all follow it."""
-        by_lane: dict[str, list[_Placed]] = {}
+        events = self.dev.events
+        lane, start_ps, dur_ps = events.lane, events.start_ps, events.dur_ps
+        by_lane: dict[int, list[_Placed]] = {}
         for p in self.placed:
-            by_lane.setdefault(p.event.lane, []).append(p)
+            by_lane.setdefault(lane[p.index], []).append(p)
         for placed in by_lane.values():
             running: list[tuple[int, int, int]] = []  # heap of (end, order, index)
             last: int | None = None
             for i, p in enumerate(placed):
-                start = p.event.start_ps
+                start = start_ps[p.index]
                 while running and running[0][0] <= start:
                     end, _, j = heapq.heappop(running)
-                    if last is None or (placed[last].event.start_ps + placed[last].event.dur_ps, last) <= (end, j):
+                    e = placed[last].index if last is not None else 0
+                    if last is None or (start_ps[e] + dur_ps[e], last) <= (end, j):
                         last = j
                 if last is not None:
                     for src in placed[last].uids:
                         for dst in p.uids:
                             self.trace.edges.append(Edge(src, dst, EdgeKind.STREAM_ORDER))
-                heapq.heappush(running, (start + p.event.dur_ps, i, i))
+                heapq.heappush(running, (start + dur_ps[p.index], i, i))
 
 
 def _producers(module: hlo.HloModule, inst: hlo.Instruction, executed: set[str],

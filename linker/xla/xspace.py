@@ -18,6 +18,7 @@ Built for files of hundreds of MB with millions of events, read plane by plane:
 
 from __future__ import annotations
 
+import mmap
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -165,15 +166,38 @@ class XSpaceFile:
     def plane(self, index: int) -> PlaneView:
         return PlaneView.decode(self, index)
 
+    def release(self, index: int) -> None:
+        """Let the memory holding plane ``index``'s bytes go (a mapped file's pages leave the
+        process and are read again from the file if the plane is decoded again); a no-op for
+        bytes in memory. Device collection calls it after each plane, so that a profile's
+        device planes are never all resident at once beside their events."""
+        if not isinstance(self.data, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        start, end = self.spans[index]
+        first, last = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE, end // mmap.PAGESIZE * mmap.PAGESIZE
+        if last > first:
+            self.data.madvise(mmap.MADV_DONTNEED, first, last - first)
+
 
 def read_xspace(path: Path | str) -> XSpaceFile:
     """Open a ``.xplane.pb``; a damaged or foreign file raises one TraceFormatError."""
     path = Path(path)
     try:
-        data = path.read_bytes()
+        data = _map(path)
     except OSError as err:
         raise TraceFormatError(path, "open", f"a readable .xplane.pb file ({err.strerror})") from None
     return parse_xspace(data, path)
+
+
+def _map(path: Path) -> bytes | mmap.mmap:
+    """The file's bytes, mapped read-only (pages are read as planes are decoded, and can be
+    released: XSpaceFile.release); read whole where a map is not possible (an empty file, a
+    pipe)."""
+    with open(path, "rb") as file:
+        try:
+            return mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+        except (ValueError, OSError):
+            return file.read()
 
 
 def parse_xspace(data: bytes, path: Path | str = "<bytes>") -> XSpaceFile:
@@ -282,8 +306,13 @@ class PlaneView:
             raise TraceFormatError(self.path, f"{self.where}, line {i} at byte {a}",
                                    f"a well-formed XLine (decoder: {err})") from None
 
+    @staticmethod
+    def line_base_ps(line: RawStatsLine) -> int:
+        """The session time of the line's offset 0: an event starts at this + ``offset_ps``."""
+        return line.timestamp_ns * 1000
+
     def events(self, line: RawStatsLine) -> Iterator[tuple[int, int, int, object]]:
-        base = line.timestamp_ns * 1000
+        base = self.line_base_ps(line)
         for ev in line.events:
             yield ev.metadata_id, base + ev.offset_ps, ev.duration_ps, ev.stats
 
@@ -314,7 +343,21 @@ class PlaneView:
         hit = self._raw_cache.get(raw)
         return hit if hit is not None else self._stat_miss(raw)
 
+    @property
+    def stat_cache(self) -> dict[bytes, tuple[int, str, StatValue | None, int]]:
+        """What :meth:`raw_stat` has decoded so far, by record: its ``get`` is raw_stat for a
+        record seen before, without a Python call."""
+        return self._raw_cache
+
     def _stat_miss(self, raw: bytes) -> tuple[int, str, StatValue | None, int]:
+        hit = self.unique_stat(raw)
+        if len(self._raw_cache) < _STAT_CACHE_LIMIT:
+            self._raw_cache[raw] = hit
+        return hit
+
+    def unique_stat(self, raw: bytes) -> tuple[int, str, StatValue | None, int]:
+        """:meth:`raw_stat` without the cache, for a stat whose value is new with every event
+        (an id): decoding the usual layout costs less than hashing the record."""
         n = len(raw)
         if 4 <= n <= 6 and raw[0] == 0x08 and raw[1] < 0x80 and raw[2] in _VARINT_STATS:
             # Fast path, inline (this runs for every stat whose value is new, e.g. ids):
@@ -334,21 +377,13 @@ class PlaneView:
             if pos == n - 1 and raw[pos] < 0x80:  # exactly one varint, ending the record
                 sid, kind = raw[1], _VARINT_STATS[raw[2]]
                 if kind == "ref_value":
-                    resolved = self.stat_names.get(value & _U64, "")
-                    hit = (sid, self._stat_name(sid), resolved, 0)
-                else:
-                    value &= _U64
-                    if kind == "int64_value" and value >= 1 << 63:
-                        value -= 1 << 64
-                    hit = (sid, self._stat_name(sid), value, value)
-                if len(self._raw_cache) < _STAT_CACHE_LIMIT:
-                    self._raw_cache[raw] = hit
-                return hit
+                    return (sid, self._stat_name(sid), self.stat_names.get(value & _U64, ""), 0)
+                value &= _U64
+                if kind == "int64_value" and value >= 1 << 63:
+                    value -= 1 << 64
+                return (sid, self._stat_name(sid), value, value)
         sid, kind, value = _decode_stat(raw, self.path, self.where)
-        hit = (sid, self._stat_name(sid), self._resolve(kind, value), int(value) if kind in _NUMERIC else 0)
-        if len(self._raw_cache) < _STAT_CACHE_LIMIT:
-            self._raw_cache[raw] = hit
-        return hit
+        return (sid, self._stat_name(sid), self._resolve(kind, value), int(value) if kind in _NUMERIC else 0)
 
     def _stat_name(self, sid: int) -> str:
         names = self.stat_names

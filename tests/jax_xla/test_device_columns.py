@@ -1,0 +1,92 @@
+"""Device events kept as columns (linker/xla/devices.py): the same events the reader yields, on
+the real GPU and TPU profiles of the corpus; values beyond 64 bits kept exactly; a mapped
+profile's planes read again after their pages were let go."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chakra_hooks.linker.xla import xspace, xspace_pb2
+from chakra_hooks.linker.xla.devices import DeviceEvents, collect_devices
+
+TPU = "jax_xla/tpu_inference_2.xplane.pb"
+GPU = "jax_xla/mi300x_jax_conv.xplane.pb"
+
+
+def test_gpu_columns_hold_what_the_reader_yields(corpus: Path) -> None:
+    """Every kernel of every GPU, field by field, against the reader's own view of it."""
+    space = xspace.read_xspace(corpus / GPU)
+    devices = {d.ordinal: d for d in collect_devices(space)}
+    assert len(devices) == 8
+    for index, name in enumerate(space.plane_names):
+        if not name.startswith("/device:GPU:"):
+            continue
+        view = space.plane(index)  # decoded again: its pages were released after collection
+        wanted = {view.stat_ids[n]: n for n in ("hlo_op", "hlo_module", "program_id", "correlation_id")
+                  if n in view.stat_ids}
+        expected = []
+        for line in view.lines():
+            for mid, start, dur, stats in view.events(line):
+                values = view.pick(stats, wanted)
+                op = values.get("hlo_op")
+                expected.append((str(op) if op else view.event_name(mid), start, dur,
+                                 values.get("correlation_id")))
+        events = devices[int(name.rsplit(":", 1)[1])].events
+        got = [(e.name, e.start_ps, e.dur_ps, e.correlation)
+               for e in (events.event(i) for i in range(len(events)))]
+        assert got == expected and len(got) > 0
+
+
+def test_tpu_columns_keep_instruction_text_and_metadata_stats(corpus: Path) -> None:
+    space = xspace.read_xspace(corpus / TPU)
+    devices = collect_devices(space)
+    assert [d.ordinal for d in devices] == [0, 1, 2, 3]
+    for dev in devices:
+        events = [dev.events.event(i) for i in range(len(dev.events))]
+        ops = [e for e in events if not e.transfer]
+        assert ops and all(e.text is not None and e.text.startswith(f"%{e.name} ") for e in ops)
+        assert any(e.flops for e in ops) and any(e.category for e in ops)
+        assert all(e.module_key and e.exec_key is not None for e in events)
+        transfers = {e.lane for e in events if e.transfer}  # host-offload spans: chip 0 only
+        assert transfers == ({"tpu:0:Async XLA Ops"} if dev.ordinal == 0 else set())
+
+
+def _gpu_space(timestamp_ns: int, correlations: list[int]) -> bytes:
+    space = xspace_pb2.XSpace()
+    plane = space.planes.add(id=1, name="/device:GPU:0")
+    plane.stat_metadata[1].name = "correlation_id"
+    plane.event_metadata[5].name = "kernel"
+    line = plane.lines.add(id=1, name="Stream #1(Kernel)", timestamp_ns=timestamp_ns)
+    for k, corr in enumerate(correlations):
+        ev = line.events.add(metadata_id=5, offset_ps=1000 * k, duration_ps=7)
+        if corr >= 1 << 63:
+            ev.stats.add(metadata_id=1, uint64_value=corr)
+        else:
+            ev.stats.add(metadata_id=1, int64_value=corr)
+    return space.SerializeToString()
+
+
+@pytest.mark.parametrize("timestamp_ns, correlations", [
+    (1_795_307_354_765_663_656, [1, 2, 3]),  # epoch ns: starts of ~1.8e21 ps, beyond 64 bits
+    (1000, [1, (1 << 64) - 1, 3]),  # a uint64 correlation id beyond int64
+    (1000, [1, -(1 << 63), 3]),  # the column's "no correlation" value as a real id
+])
+def test_values_beyond_the_64_bit_columns_are_kept_exactly(timestamp_ns: int, correlations: list[int]) -> None:
+    [dev] = collect_devices(xspace.parse_xspace(_gpu_space(timestamp_ns, correlations)))
+    events = [dev.events.event(i) for i in range(len(dev.events))]
+    assert [e.start_ps for e in events] == [timestamp_ns * 1000 + 1000 * k for k in range(3)]
+    assert [e.correlation for e in events] == correlations
+    assert [e.dur_ps for e in events] == [7, 7, 7] and {e.lane for e in events} == {"stream:0:1"}
+
+
+def test_columns_widen_without_losing_earlier_events() -> None:
+    events = DeviceEvents()
+    lane = events.intern("lane")
+    events.add(events.intern("a"), 0, 5, 1, lane)
+    events.add(events.intern("b"), 0, 1 << 70, 2, lane, correlation=9)  # widens
+    events.add(events.intern("c"), 0, 6, 3, lane)
+    got = [(e.name, e.start_ps, e.dur_ps, e.correlation) for e in map(events.event, range(3))]
+    assert got == [("a", 5, 1, None), ("b", 1 << 70, 2, 9), ("c", 6, 3, None)]
+    assert events.linking_order() == [0, 2, 1]
