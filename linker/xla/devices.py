@@ -35,6 +35,11 @@ _COPY_CODES = {copy: code for code, copy in enumerate(_COPIES)}
 _NO_CORRELATION = -(1 << 63)  # DeviceEvents.correlation of an event without one
 _NO_DETAILS = (None, None, None, None)
 
+# A varint of 1 to 4 bytes read as one little-endian integer: it is exactly one varint when
+# the high bit of every byte but the last is set (its 7-bit groups then are the value).
+_VARINT_HIGH_BITS = [0, 0x80, 0x8080, 0x808080, 0x80808080]
+_VARINT_MORE_BITS = [0, 0, 0x80, 0x8080, 0x808080]
+
 
 @dataclass(slots=True)
 class DeviceEvent:
@@ -408,7 +413,14 @@ def _gpu_device(view: PlaneView, ordinal: int) -> Device:
                     sid = raw[1]
                     if sid not in wanted:
                         continue  # a stat no one reads: not decoded
-                    if sid == corr_id:
+                    if sid == corr_id:  # new with every event: decoded here, not cached
+                        size = len(raw) - 3
+                        if 0 < size <= 4 and (raw[2] == 0x20 or raw[2] == 0x18):  # int64/uint64
+                            word = int.from_bytes(raw[3:], "little")
+                            if word & _VARINT_HIGH_BITS[size] == _VARINT_MORE_BITS[size]:
+                                corr = ((word & 0x7F) | (word >> 1 & 0x3F80) | (word >> 2 & 0x1FC000)
+                                        | (word >> 3 & 0xFE00000))  # its 7-bit groups
+                                continue
                         corr = unique_stat(raw)[2]
                         continue
                 hit = cached_stat(raw) or raw_stat(raw)
