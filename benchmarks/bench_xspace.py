@@ -16,11 +16,12 @@ measured in a fresh child process (so peak memory is that measurement's own):
   to {name: value} (``ref_value`` -> name): the same coverage as ``raw``;
 - ``pick``: our reader over every event resolving only the stats the GPU linker reads
   (``hlo_op``, ``hlo_module``, ``program_id``), the others skipped undecoded;
-- ``devices``: the linker's read phase, ``xla_devices.collect_devices`` (one DeviceEvent per
-  device event);
+- ``devices``: the linker's read phase, ``xla_devices.collect_devices`` (each device's events
+  as columns);
 - ``link`` (corpus only): the whole XLA linker, ``xla_link.load``, to linked traces.
 
-Reported: MB, seconds, MB/s, events/s, peak RSS, and reader / bare ratios.
+Reported: MB, seconds, MB/s, events/s, peak RSS (and as a multiple of the file's size), and
+reader / bare ratios.
 """
 
 from __future__ import annotations
@@ -152,7 +153,7 @@ def report(label: str, path: Path, modes: list[str]) -> None:
         rate = f"{events / r['seconds']:,.0f} events/s" if events > 0 else ""
         note = f"  ({r['events']:,} device events kept)" if m in ("devices", "link") else ""
         print(f"  {m:7s} {r['seconds']:8.3f} s  {mb / r['seconds']:8.1f} MB/s  {rate:>22s}  "
-              f"peak {r['peak_mb']:.0f} MB{note}")
+              f"peak {r['peak_mb']:.0f} MB = {r['peak_mb'] / mb:.2f}x the input{note}")
     sec = {m: r["seconds"] for m, r in results.items()}
     print(f"  reader / raw = {sec['reader'] / sec['raw']:.2f}x, reader / bare = {sec['reader'] / sec['bare']:.2f}x, "
           f"pick / bare = {sec['pick'] / sec['bare']:.2f}x, reader / parse-only = {sec['reader'] / sec['parse']:.1f}x")

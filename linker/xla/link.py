@@ -25,7 +25,7 @@ from chakra_hooks.linker.model import (
 )
 from chakra_hooks.linker.sources import RankJob
 from chakra_hooks.linker.gc_pause import gc_paused
-from chakra_hooks.linker.xla.devices import Device, DeviceEvent, collect_devices
+from chakra_hooks.linker.xla.devices import Device, DeviceEvent, DeviceEvents, collect_devices
 from chakra_hooks.linker.xla.xspace import PlaneView, find_plane, profile_start_ns, read_xspace
 
 COMM_TYPES: dict[str, CommType] = {
@@ -61,7 +61,10 @@ def _load(job: RankJob) -> list[LinkedTrace]:
                                f"{len(idle)} recorded none)")
     start_ns = profile_start_ns(space)
     ids = _device_ids(job, devices, path)
-    traces = [_DeviceLinker(dev, modules, path, ids[dev.ordinal]).link() for dev in devices]
+    traces = []
+    for dev in devices:
+        traces.append(_DeviceLinker(dev, modules, path, ids[dev.ordinal]).link())
+        dev.events = DeviceEvents()  # its ops hold what is needed now: the columns can go
     _assign_groups(traces)
     _add_host_launches(space, traces)
     if idle:
@@ -84,6 +87,9 @@ def _add_host_launches(space, traces: list[LinkedTrace]) -> None:
     LAUNCH edge to that op and program order (HOST_ORDER) along their thread. Other host
     events (Python, the executor's ranges) serve all devices of the process at once and are
     left out: no one device's ET can own them."""
+    host = find_plane(space, "/host:CPU")  # first: without it, no index of every op is made
+    if host is None or "correlation_id" not in host.stat_ids:
+        return
     wanted = {}
     for trace in traces:
         for op in trace.ops:
@@ -91,9 +97,6 @@ def _add_host_launches(space, traces: list[LinkedTrace]) -> None:
             if corr is not None and op.on_device:
                 wanted[corr] = (trace, op.uid)
     if not wanted:
-        return
-    host = find_plane(space, "/host:CPU")
-    if host is None or "correlation_id" not in host.stat_ids:
         return
     ids = {host.stat_ids["correlation_id"]: "correlation_id"}
     added: dict[int, list[Op]] = {}  # id(trace) -> its host launch ops
