@@ -63,11 +63,13 @@ def test_kineto_and_et_json(tmp_path_factory, data):
 
 
 @pytest.mark.parametrize("rel, name", [("kineto_only/b200_eager_rank0.json.gz", "b200.json"),
-                                       ("jax_xla/tpu_inference_2.xplane.pb", "tpu.xplane.pb")])
+                                       ("jax_xla/tpu_inference_2.xplane.pb", "tpu.xplane.pb"),
+                                       ("jax_xla/mi300x_jax_conv.xplane.pb", "gpu.xplane.pb")])
 @FUZZ
 @given(data=st.data())
 def test_trace_bytes(tmp_path_factory, rel, name, data):
-    """A Kineto trace (decompressed: damage inside the JSON) and an XSpace profile."""
+    """A Kineto trace (decompressed: damage inside the JSON) and XSpace profiles (TPU; GPU, whose
+    device events are read by a loop of their own)."""
     raw = _corpus(rel).read_bytes()
     if raw[:2] == b"\x1f\x8b":
         raw = gzip.decompress(raw)
