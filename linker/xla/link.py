@@ -458,9 +458,12 @@ class _DeviceLinker:
                 start = start_ps[p.index]
                 while running and running[0][0] <= start:
                     end, _, j = heapq.heappop(running)
-                    e = placed[last].index if last is not None else 0
-                    if last is None or (start_ps[e] + dur_ps[e], last) <= (end, j):
+                    if last is None:
                         last = j
+                    else:
+                        e = placed[last].index
+                        if (start_ps[e] + dur_ps[e], last) <= (end, j):
+                            last = j
                 if last is not None:
                     for src in placed[last].uids:
                         for dst in p.uids:
