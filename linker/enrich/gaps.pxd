@@ -10,7 +10,8 @@ from chakra_hooks.linker.model cimport Edge, Op
 cpdef object add_gaps(object trace, object per_resource=*, object replay_dur=*)
 
 
-cpdef object _measured(Op op)
+# _measured stays a Python function: it is passed around as a value (a cpdef function's C
+# pointer, wrapped for that, mismatches its hidden argument: an error from GCC 14 on).
 
 
 cpdef tuple _placement(Op op, object per_resource, object dur, set compute_lanes)

@@ -19,3 +19,7 @@ cpdef object _read_events(object trace, list events, Py_ssize_t first)
 @cython.locals(ev=KEvent)
 cpdef object _set_args(object trace, list events, Py_ssize_t first, list kept, list raws,
                        object decoder)
+
+
+@cython.locals(ev=KEvent, kept=list, starts=set, shared=set, seen=set, unique=list)
+cpdef object drop_duplicates(object trace)

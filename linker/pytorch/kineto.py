@@ -423,9 +423,24 @@ def drop_duplicates(trace: KinetoTrace) -> None:
     category, process, thread, start, duration and ids (correlation, External id, Record
     function id) as an earlier event; the count is kept for the linker's warning."""
     for kept in (trace.host, trace.runtime, trace.device, trace.syncs):
+        # Only events that share their start with another can repeat one: the whole key is
+        # built for those alone (usually none).
+        starts: set[int] = set()
+        shared: set[int] = set()
+        for ev in kept:
+            start = ev.start
+            if start in starts:
+                shared.add(start)
+            else:
+                starts.add(start)
+        if not shared:
+            continue
         seen = set()
         unique = []
         for ev in kept:
+            if ev.start not in shared:
+                unique.append(ev)
+                continue
             args = ev.args
             key = (ev.name, ev.cat, ev.pid, ev.tid, ev.start, ev.dur, args.correlation,
                    args.external_id, args.record_function_id)
