@@ -35,15 +35,12 @@ _U64 = 1 << 64
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 _I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
 
-# Varints below this value are looked up instead of encoded in Python; larger ones are written
-# 14 bits (two bytes) a step from _LOW14, so it stays exactly 14 bits.
+# Varints below this value are looked up instead of encoded in Python.
 _VARINT_CACHE_SIZE = 1 << 14
 
-# Made at import, i.e. on every start of the CLI (about 2 ms for both tables).
+# Built without a call per entry: they are made at import, i.e. on every start of the CLI.
 _VARINTS = [bytes((n,)) for n in range(0x80)] + [
     bytes(((n & 0x7F) | 0x80, n >> 7)) for n in range(0x80, _VARINT_CACHE_SIZE)]
-# The low 14 bits of a larger value: two bytes, both with the continuation bit.
-_LOW14 = [bytes(((n & 0x7F) | 0x80, (n >> 7) | 0x80)) for n in range(_VARINT_CACHE_SIZE)]
 
 
 def encode_varint(value: int) -> bytes:
@@ -57,26 +54,23 @@ def encode_varint(value: int) -> bytes:
 
 def _put_varint(buf: bytearray, value: int) -> None:
     """Append the varint of an integer in [0, 2**64) to ``buf``."""
-    if 0 <= value < _VARINT_CACHE_SIZE:  # most lengths, ids and durations
-        buf += _VARINTS[value]
+    if 0 <= value <= 0x7F:  # one byte (most lengths and dependency ids of small graphs)
+        buf.append(value)
         return
     if value < 0 or value >= _U64:  # protobuf's unsigned fields refuse these too
         raise ValueError(f"value {value} out of range for a varint")
     bits = value  # a C unsigned 64-bit integer in the compiled build (wire.pxd)
-    # Times (ns since the epoch: 9 bytes) go 14 bits, two bytes, a step.
-    while bits >= _VARINT_CACHE_SIZE:
-        buf += _LOW14[bits & 0x3FFF]
-        bits >>= 14
-    buf += _VARINTS[bits]
+    while bits > 0x7F:
+        buf.append((bits & 0x7F) | 0x80)
+        bits >>= 7
+    buf.append(bits)
 
 
 def _varint_size(value: int) -> int:
     """Bytes in the varint of an integer in [0, 2**64) (callers check the range)."""
     size = 1
-    while value >= _VARINT_CACHE_SIZE:
-        value >>= 14
-        size += 2
-    if value > 0x7F:
+    while value > 0x7F:
+        value >>= 7
         size += 1
     return size
 
