@@ -276,11 +276,11 @@ def _make_node(op: Op, deps: tuple[list, list] | None, exact_unit: str, enc: Nod
     node_type = _NODE_TYPE[kind]
     # The end is rounded like the start, so that an edge that holds in picoseconds holds in
     # microseconds too (a rounded duration could end a parent 1 us after its child starts).
+    start_us = None if start_ps is None else round_us(start_ps)
     duration_us = 0 if dur_ps is None else (
-        round_us(dur_ps) if start_ps is None else round_us(start_ps + dur_ps) - round_us(start_ps))
+        round_us(dur_ps) if start_us is None else round_us(start_ps + dur_ps) - start_us)
     buf = bytearray()
-    enc.head(buf, op.uid, enc.name(op.name, node_type), ctrl, data,
-             None if start_ps is None else round_us(start_ps), duration_us)
+    enc.head(buf, op.uid, enc.name(op.name, node_type), ctrl, data, start_us, duration_us)
     io = op.inputs
     if io is not None:
         enc.io(buf, True, io.values, io.shapes, io.types)
