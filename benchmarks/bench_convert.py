@@ -15,10 +15,11 @@ wrapper process, so one measurement cannot inflate the next). ``--link-only`` ti
 ``chakra_converter`` on the reference-linked ``a100_resnet_nccl.ref_linked.json.gz`` (the
 reference linker needs PARAM's et_replay, which is not on PyPI, so only K=1 exists for it).
 
-``--builds`` runs each K twice, as installed (compiled where it was built) and as plain
-Python (``CHAKRA_HOOKS_PURE_PYTHON=1``, what a default install runs). ``--floor`` times
-msgspec's typed decode of the same two files into structs holding the fields linking reads
-(``args`` and attributes left undecoded): the least any reader built on it can take.
+``--builds`` runs each K twice, as installed (compiled where it was built: the default) and
+as plain Python (``CHAKRA_HOOKS_PURE_PYTHON=1``, what an install without a C compiler runs).
+``--floor`` times msgspec's typed decode of the same two files into structs holding the fields
+linking reads (``args`` and attributes left undecoded): the least any reader built on it can
+take.
 
 ``--instructions`` instead counts the instructions of one ``convert`` per K under valgrind's
 callgrind (about 100x slower than a plain run: use K=1 or K=6). On a shared machine whose
