@@ -107,11 +107,12 @@ def _convert_local_job(job: RankJob, staging: str, options: ConvertOptions) -> l
     loader = _resolve(LOADERS[job.format])
     with gc_paused():  # conversion builds millions of objects, none in a reference cycle
         traces = loader(job)
-        reached(LINKED)
+        linked = LINKED if isinstance(traces, list) else 0.0  # a TraceStream links as it goes
+        reached(linked)
         results = []
         for done, trace in enumerate(traces, 1):
             results.append(_convert_trace(trace, job, staging, options))
-            reached(LINKED + (1 - LINKED) * done / len(traces))
+            reached(linked + (1 - linked) * done / len(traces))
         return results
 
 

@@ -172,44 +172,36 @@ def _start_with_parents(incoming: dict[int, dict[int, EdgeKind]]) -> None:
     parent's own PARENT edges resolved the same way), and what follows the parent already
     waits for the child."""
     resolved: dict[int, dict[int, EdgeKind]] = {}
-
-    def sources_of(node: int) -> dict[int, EdgeKind]:
-        done = resolved.get(node)
-        if done is not None:
-            return done
-        out: dict[int, EdgeKind] = {}
-        for src, kind in incoming.get(node, {}).items():
-            if kind == _PARENT:
-                for up, up_kind in sources_of(src).items():
-                    if out.get(up) != _DATA:
-                        out[up] = up_kind
-            elif out.get(src) != _DATA:
-                out[src] = kind
-        resolved[node] = out
-        return out
-
     for dst in [d for d, sources in incoming.items() if _PARENT in sources.values()]:
-        incoming[dst] = {s: k for s, k in sources_of(dst).items() if s != dst}
+        incoming[dst] = {s: k for s, k in _sources_above_parents(dst, incoming, resolved).items()
+                         if s != dst}
+
+
+# (The recursive helpers here are module functions, not closures: a closure that calls itself
+# is a reference cycle, which holds the whole edge map until the garbage collector runs, and
+# conversion pauses it: every linked trace of a job would stay in memory until the job ends.)
+def _sources_above_parents(node: int, incoming: dict[int, dict[int, EdgeKind]],
+                           resolved: dict[int, dict[int, EdgeKind]]) -> dict[int, EdgeKind]:
+    """``node``'s sources with each PARENT source replaced by that parent's own (resolved the
+    same way); memoised in ``resolved``."""
+    done = resolved.get(node)
+    if done is not None:
+        return done
+    out: dict[int, EdgeKind] = {}
+    for src, kind in incoming.get(node, {}).items():
+        if kind == _PARENT:
+            for up, up_kind in _sources_above_parents(src, incoming, resolved).items():
+                if out.get(up) != _DATA:
+                    out[up] = up_kind
+        elif out.get(src) != _DATA:
+            out[src] = kind
+    resolved[node] = out
+    return out
 
 
 def _bypass_dropped(incoming: dict[int, dict[int, EdgeKind]], kept: dict[int, Op]) -> None:
     """Make dependants of dropped nodes depend on what the dropped nodes depended on."""
     resolved: dict[int, dict[int, EdgeKind]] = {}
-
-    def kept_sources(uid: int, stack: set[int]) -> dict[int, EdgeKind]:
-        if uid in resolved:
-            return resolved[uid]
-        out: dict[int, EdgeKind] = {}
-        stack.add(uid)
-        for src, kind in incoming.get(uid, {}).items():
-            if src in kept:
-                out[src] = kind
-            elif src not in stack:
-                out.update(kept_sources(src, stack))
-        stack.discard(uid)
-        resolved[uid] = out
-        return out
-
     for dst in list(incoming):
         if dst not in kept:
             continue
@@ -221,10 +213,28 @@ def _bypass_dropped(incoming: dict[int, dict[int, EdgeKind]], kept: dict[int, Op
             if src in kept:
                 new[src] = kind
             else:
-                for inherited in kept_sources(src, set()):
+                for inherited in _kept_sources(src, set(), incoming, kept, resolved):
                     new.setdefault(inherited, _HOST_ORDER)
         new.pop(dst, None)
         incoming[dst] = new
+
+
+def _kept_sources(uid: int, stack: set[int], incoming: dict[int, dict[int, EdgeKind]],
+                  kept: dict[int, Op], resolved: dict[int, dict[int, EdgeKind]]) -> dict[int, EdgeKind]:
+    """The kept nodes a dropped node ``uid`` depends on, through other dropped ones
+    (``stack``: the dropped nodes being resolved, against cycles); memoised in ``resolved``."""
+    if uid in resolved:
+        return resolved[uid]
+    out: dict[int, EdgeKind] = {}
+    stack.add(uid)
+    for src, kind in incoming.get(uid, {}).items():
+        if src in kept:
+            out[src] = kind
+        elif src not in stack:
+            out.update(_kept_sources(src, stack, incoming, kept, resolved))
+    stack.discard(uid)
+    resolved[uid] = out
+    return out
 
 
 def _in_time_order(incoming: dict[int, dict[int, EdgeKind]], kept: dict[int, Op]) -> bool:

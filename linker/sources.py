@@ -9,8 +9,13 @@ command runs loaders in parallel worker processes, so jobs and their loaders mus
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from chakra_hooks.linker.model import LinkedTrace
 
 
 @dataclass(slots=True)
@@ -31,12 +36,28 @@ class RankJob:
 
 # Discoverers: "module:function" taking (files: list[Path], warn: Callable[[str], None]) and
 # returning (jobs, claimed files). Tried in this order; a file claimed by one is not offered to
-# the next. Loaders: "module:function" taking a RankJob and returning list[LinkedTrace].
+# the next. Loaders: "module:function" taking a RankJob and returning list[LinkedTrace], or a
+# TraceStream when a file holds many devices and only one device's trace should be in memory.
 DISCOVERERS: dict[str, str] = {
     "xla": "chakra_hooks.linker.xla.discover:discover",
     "pytorch": "chakra_hooks.linker.pytorch.discover:discover",
 }
 LOADERS: dict[str, str] = {
-    "xla": "chakra_hooks.linker.xla.link:load",
+    "xla": "chakra_hooks.linker.xla.link:load_each",
     "pytorch": "chakra_hooks.linker.pytorch.link:load",
 }
+
+
+@dataclass(slots=True)
+class TraceStream:
+    """A job's linked traces, made one at a time as they are taken, their number known up
+    front (the progress bar). Iterate it once."""
+
+    count: int
+    traces: Iterator[LinkedTrace]
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[LinkedTrace]:
+        return self.traces

@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,9 +24,11 @@ from chakra_hooks.linker.xla import hlo
 from chakra_hooks.linker.model import (
     CommInfo, CommType, Edge, EdgeKind, LinkedTrace, Op, OpKind, TensorIO,
 )
-from chakra_hooks.linker.sources import RankJob
+from chakra_hooks.linker.sources import RankJob, TraceStream
 from chakra_hooks.linker.gc_pause import gc_paused
-from chakra_hooks.linker.xla.devices import Device, DeviceEvent, DeviceEvents, collect_devices
+from chakra_hooks.linker.xla.devices import (
+    _NO_CORRELATION, Device, DeviceEvent, DeviceEvents, collect_devices,
+)
 from chakra_hooks.linker.xla.xspace import PlaneView, find_plane, profile_start_ns, read_xspace
 
 COMM_TYPES: dict[str, CommType] = {
@@ -39,12 +42,17 @@ COMM_TYPES: dict[str, CommType] = {
 
 
 def load(job: RankJob) -> list[LinkedTrace]:
-    """One LinkedTrace per device found in ``job.files["xspace"]``."""
+    """One LinkedTrace per device found in ``job.files["xspace"]``, all in memory."""
     with gc_paused():  # events, ops and edges by the million, none in a reference cycle
-        return _load(job)
+        return list(load_each(job))
 
 
-def _load(job: RankJob) -> list[LinkedTrace]:
+def load_each(job: RankJob) -> TraceStream:
+    """The traces of :func:`load`, linked one device at a time as they are taken, so that
+    only one device's ops are ever in memory (a device's ops take ~30x its events' share of
+    the profile). What a trace needs from the other devices (replica group ids, which host
+    launches are its own) is worked out from the events up front. Bad input raises here,
+    before the first trace."""
     path = job.files["xspace"]
     space = read_xspace(path)
     modules = _modules(space, job, path)
@@ -59,67 +67,125 @@ def _load(job: RankJob) -> list[LinkedTrace]:
     if not devices:
         raise TraceFormatError(path, "device planes", f"events on at least one device (all "
                                f"{len(idle)} recorded none)")
-    start_ns = profile_start_ns(space)
     ids = _device_ids(job, devices, path)
-    traces = []
+    group_ids = _group_ids(devices, modules, path, ids)
+    launches = _host_launches(space, devices)
+    metadata = {}
+    start_ns = profile_start_ns(space)
+    if start_ns is not None:
+        metadata["profile_start_time_ns"] = start_ns
+    metadata["source_file"] = str(path)
+    for key in ("hlo_source", "manifest"):
+        if key in job.options:
+            metadata[f"collector_{key}"] = str(job.options[key])
+
+    def linked() -> Iterator[LinkedTrace]:
+        with gc_paused():
+            for k, dev in enumerate(devices):
+                trace = _DeviceLinker(dev, modules, path, ids[dev.ordinal]).link()
+                dev.events = DeviceEvents()  # its ops hold what is needed now: the columns can go
+                _number_groups(trace, group_ids)
+                if launches is not None:
+                    _add_host_launches(trace, launches[k])
+                if idle and k == 0:
+                    trace.warnings.append(f"{path}: {len(idle)} devices recorded no events, no ET "
+                                          f"written for them ({', '.join(idle[:8])})")
+                trace.metadata.update(metadata)
+                yield trace
+
+    return TraceStream(len(devices), linked())
+
+
+# ---------------------------------------------------------------------------------------------
+# What one device's trace needs from the others
+
+
+def _group_ids(devices: list[Device], modules: dict[str, hlo.HloModule], path: Path,
+               ids: dict[int, int]) -> dict[tuple[int, ...], int]:
+    """Every distinct replica group a device's collectives run in -> its id, the same in every
+    trace of the file (ids 1.. in sorted order of the member lists). Each distinct event
+    (module, name, instruction text, copy stream) is resolved once, as the linker resolves it."""
+    groups: set[tuple[int, ...]] = set()
     for dev in devices:
-        traces.append(_DeviceLinker(dev, modules, path, ids[dev.ordinal]).link())
-        dev.events = DeviceEvents()  # its ops hold what is needed now: the columns can go
-    _assign_groups(traces)
-    _add_host_launches(space, traces)
-    if idle:
-        traces[0].warnings.append(f"{path}: {len(idle)} devices recorded no events, no ET "
-                                  f"written for them ({', '.join(idle[:8])})")
-    for trace in traces:
-        if start_ns is not None:
-            trace.metadata["profile_start_time_ns"] = start_ns
-        trace.metadata["source_file"] = str(path)
-        for key in ("hlo_source", "manifest"):
-            if key in job.options:
-                trace.metadata[f"collector_{key}"] = str(job.options[key])
-    return traces
+        probe = _DeviceLinker(dev, modules, path, ids[dev.ordinal])
+        events = dev.events
+        # TPU instruction texts build modules as they are met: meet them in linking order
+        order = events.linking_order() if events.detail is not None else range(len(events))
+        detail = events.detail if events.detail is not None else bytes(len(events))
+        module_key, name, copy = events.module_key, events.name, events.copy
+        seen: set[tuple[int, int, int, int]] = set()
+        for i in order:
+            key = (module_key[i], name[i], detail[i], copy[i])
+            if key in seen:
+                continue
+            seen.add(key)
+            group = probe.group_of(events.event(i))
+            if group is not None:
+                groups.add(group)
+    return {g: i for i, g in enumerate(sorted(groups), start=1)}
 
 
-def _add_host_launches(space, traces: list[LinkedTrace]) -> None:
-    """The host calls that launched each device's work (GPU): ``/host:CPU`` events with a
-    ``correlation_id`` (hipModuleLaunchKernel, cuLaunchKernel, memcpy calls, on XLA's launch
-    threads) whose id a device op carries become host ops on lane ``thread:<line>``, with a
-    LAUNCH edge to that op and program order (HOST_ORDER) along their thread. Other host
-    events (Python, the executor's ranges) serve all devices of the process at once and are
-    left out: no one device's ET can own them."""
-    host = find_plane(space, "/host:CPU")  # first: without it, no index of every op is made
+def _number_groups(trace: LinkedTrace, group_ids: dict[tuple[int, ...], int]) -> None:
+    trace.groups = {i: list(g) for g, i in group_ids.items()}
+    for op in trace.ops:
+        members = op.attrs.pop("_group", None)
+        if members is not None and op.comm is not None:
+            op.comm.group = group_ids[tuple(members)]
+
+
+def _host_launches(space, devices: list[Device]) -> list[list[tuple]] | None:
+    """Per device, the host calls that launched its work (GPU), in the host plane's order:
+    ``/host:CPU`` events with a ``correlation_id`` (hipModuleLaunchKernel, cuLaunchKernel,
+    memcpy calls, on XLA's launch threads) that one of its events carries, as (name, lane,
+    start, duration, correlation). An id that several devices carry is the last one's. Other
+    host events (Python, the executor's ranges) serve all devices of the process at once and
+    are left out: no one device's ET can own them. None: the profile has no such host
+    events to look for."""
+    host = find_plane(space, "/host:CPU")
     if host is None or "correlation_id" not in host.stat_ids:
-        return
-    wanted = {}
-    for trace in traces:
-        for op in trace.ops:
-            corr = op.attrs.get("correlation")
-            if corr is not None and op.on_device:
-                wanted[corr] = (trace, op.uid)
-    if not wanted:
-        return
+        return None
+    owner: dict[int, int] = {}  # correlation id -> index of the last device carrying it
+    for k, dev in enumerate(devices):
+        column = dev.events.correlation
+        if type(column) is list:
+            owner.update((c, k) for c in column if c is not None)
+        else:
+            owner.update((c, k) for c in column if c != _NO_CORRELATION)
+    if not owner:
+        return None
     ids = {host.stat_ids["correlation_id"]: "correlation_id"}
-    added: dict[int, list[Op]] = {}  # id(trace) -> its host launch ops
+    launches: list[list[tuple]] = [[] for _ in devices]
     for line in host.lines():
         lane = f"thread:{line.name}"
         for mid, start, dur, stats in host.events(line):
             corr = host.pick(stats, ids).get("correlation_id")
-            found = wanted.get(corr) if isinstance(corr, int) else None
-            if found is None:
-                continue
-            trace, device_uid = found
-            op = Op(uid=len(trace.ops), name=host.event_name(mid), kind=OpKind.COMPUTE,
-                    on_device=False, lane=lane, start_ps=start, dur_ps=dur,
-                    attrs={"correlation": corr})
-            trace.ops.append(op)
-            trace.edges.append(Edge(op.uid, device_uid, EdgeKind.LAUNCH))
-            added.setdefault(id(trace), []).append(op)
-    for trace in traces:
-        launches = sorted(added.get(id(trace), []), key=lambda o: (o.lane, o.start_ps, o.uid))
-        for a, b in zip(launches, launches[1:]):
-            if a.lane == b.lane:
-                trace.edges.append(Edge(a.uid, b.uid, EdgeKind.HOST_ORDER))
-        trace.stats["host_launches"] = len(launches)
+            k = owner.get(corr) if isinstance(corr, int) else None
+            if k is not None:
+                launches[k].append((host.event_name(mid), lane, start, dur, corr))
+    return launches
+
+
+def _add_host_launches(trace: LinkedTrace, launches: list[tuple]) -> None:
+    """A device's host launches (:func:`_host_launches`) become host ops on lane
+    ``thread:<line>``, with a LAUNCH edge to the device op of their correlation id (the last
+    one made, when an event made several) and program order (HOST_ORDER) along their thread."""
+    device_op: dict[int, int] = {}  # correlation id -> uid
+    for op in trace.ops:
+        corr = op.attrs.get("correlation")
+        if corr is not None and op.on_device:
+            device_op[corr] = op.uid
+    added = []
+    for name, lane, start, dur, corr in launches:
+        op = Op(uid=len(trace.ops), name=name, kind=OpKind.COMPUTE, on_device=False, lane=lane,
+                start_ps=start, dur_ps=dur, attrs={"correlation": corr})
+        trace.ops.append(op)
+        trace.edges.append(Edge(op.uid, device_op[corr], EdgeKind.LAUNCH))
+        added.append(op)
+    added.sort(key=lambda o: (o.lane, o.start_ps, o.uid))
+    for a, b in zip(added, added[1:]):
+        if a.lane == b.lane:
+            trace.edges.append(Edge(a.uid, b.uid, EdgeKind.HOST_ORDER))
+    trace.stats["host_launches"] = len(added)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -304,9 +370,21 @@ class _DeviceLinker:
         op.comm = CommInfo(size_bytes=coll.size_bytes, comm_type=COMM_TYPES[coll.kind])
         group = _group_of(coll.replica_groups, self.device_id)
         if group is not None:
-            op.attrs["_group"] = list(group)  # replaced by a group id once all devices are linked
+            op.attrs["_group"] = list(group)  # replaced by the group's id (_number_groups)
         self._describe(op, module, inst)
         return [op.uid]
+
+    def group_of(self, ev: DeviceEvent) -> tuple[int, ...] | None:
+        """The replica group of the collective op that ``ev`` becomes (:meth:`_make_ops`);
+        None when it becomes none, or one of all devices. (A host-offload copy, which
+        _make_ops tells apart first, is a copy-start: never a collective.)"""
+        if ev.copy in ("load", "store"):
+            return None
+        module, inst = self._resolve(ev)
+        coll = hlo.collective_of(module, inst) if inst is not None and module is not None else None
+        if coll is None or coll.kind == "collective-permute":
+            return None
+        return _group_of(coll.replica_groups, self.device_id)
 
     def _permute_ops(self, ev: DeviceEvent, module: hlo.HloModule, inst: hlo.Instruction,
                      coll: hlo.Collective) -> list[int]:
@@ -496,24 +574,6 @@ def _group_of(groups: list[list[int]] | None, device: int) -> tuple[int, ...] | 
         if device in group:
             return tuple(group)
     return None
-
-
-def _assign_groups(traces: list[LinkedTrace]) -> None:
-    """Give every distinct replica group one id, the same in every trace of the file
-    (ids 1.. in sorted order of the member lists; None stays "all devices")."""
-    all_groups: set[tuple[int, ...]] = set()
-    for trace in traces:
-        for op in trace.ops:
-            members = op.attrs.get("_group")
-            if members is not None:
-                all_groups.add(tuple(members))
-    ids = {g: i for i, g in enumerate(sorted(all_groups), start=1)}
-    for trace in traces:
-        trace.groups = {i: list(g) for g, i in ids.items()}
-        for op in trace.ops:
-            members = op.attrs.pop("_group", None)
-            if members is not None and op.comm is not None:
-                op.comm.group = ids[tuple(members)]
 
 
 def _io_json(shapes: list[hlo.Shape | None]) -> tuple[str, str]:
