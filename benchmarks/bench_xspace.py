@@ -18,7 +18,8 @@ measured in a fresh child process (so peak memory is that measurement's own):
   (``hlo_op``, ``hlo_module``, ``program_id``), the others skipped undecoded;
 - ``devices``: the linker's read phase, ``xla_devices.collect_devices`` (each device's events
   as columns);
-- ``link`` (corpus only): the whole XLA linker, ``xla_link.load``, to linked traces.
+- ``convert``: the whole path as ``chakra-hooks convert -j 1`` runs it (read, collect, link
+  and convert one device at a time, write the ETs).
 
 Reported: MB, seconds, MB/s, events/s, peak RSS (as a multiple of the file's size, and above
 the interpreter's own with the modules imported: for a profile of 1 MB, the interpreter is
@@ -41,7 +42,7 @@ CHILD = r"""
 import json, resource, sys, time
 mode, path = sys.argv[1], sys.argv[2]
 from chakra_hooks.linker.xla import xspace, xspace_pb2
-if mode in ("devices", "link"):  # imported before the baseline, as the reader modes' are
+if mode in ("devices", "convert"):  # imported before the baseline, as the reader modes' are
     from chakra_hooks.linker.xla import devices, link
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # the interpreter and its imports
 events = 0
@@ -83,11 +84,11 @@ elif mode == "devices":
     from chakra_hooks.linker.xla.devices import collect_devices
     events = sum(len(d.events) for d in collect_devices(xspace.read_xspace(path)))
 else:
-    from chakra_hooks.linker.xla import link as xla_link
-    from chakra_hooks.linker.sources import RankJob
-    from pathlib import Path
-    traces = xla_link.load(RankJob("xla", {"xspace": Path(path)}))
-    events = sum(t.stats["device_events"] for t in traces)
+    import tempfile
+    from chakra_hooks.convert import convert_paths
+    with tempfile.TemporaryDirectory() as out:
+        result = convert_paths([path], out, workers=1, progress=False, warn=lambda _: None)
+        events = sum(r.stats["device_events"] for r in result.ranks)
 dt = time.perf_counter() - t
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({"seconds": dt, "events": events, "peak_mb": peak / 1024, "added_mb": (peak - base) / 1024}))
@@ -155,7 +156,7 @@ def report(label: str, path: Path, modes: list[str]) -> None:
     print(f"\n{label}: {mb:.1f} MB, {events:,} events")
     for m, r in results.items():
         rate = f"{events / r['seconds']:,.0f} events/s" if events > 0 else ""
-        note = f"  ({r['events']:,} device events kept)" if m in ("devices", "link") else ""
+        note = f"  ({r['events']:,} device events kept)" if m in ("devices", "convert") else ""
         print(f"  {m:7s} {r['seconds']:8.3f} s  {mb / r['seconds']:8.1f} MB/s  {rate:>22s}  "
               f"peak {r['peak_mb']:.0f} MB = {r['peak_mb'] / mb:.2f}x the input "
               f"(+{r['added_mb']:.0f} MB over the interpreter){note}")
@@ -173,18 +174,18 @@ def main() -> None:
                     help="also measure this .xplane.pb (e.g. a big generated one kept from an earlier run)")
     args = ap.parse_args()
     for path in args.file:
-        report(str(path), path, ["parse", "bare", "raw", "reader", "pick", "devices"])
+        report(str(path), path, ["parse", "bare", "raw", "reader", "pick", "devices", "convert"])
     for name in ("jax_xla/tpu_inference_2.xplane.pb", "jax_xla/mi300x_jax_conv.xplane.pb"):
         path = args.corpus / name
         if path.exists():
-            report(name, path, ["parse", "bare", "raw", "reader", "pick", "devices", "link"])
+            report(name, path, ["parse", "bare", "raw", "reader", "pick", "devices", "convert"])
     if not args.skip_big:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "big.xplane.pb"
             t = time.perf_counter()
             n = make_space(path, args.size_mb)
             print(f"\ngenerated {path.stat().st_size / 1e6:.0f} MB, {n:,} events in {time.perf_counter() - t:.1f} s")
-            report("generated", path, ["parse", "bare", "raw", "reader", "pick", "devices"])
+            report("generated", path, ["parse", "bare", "raw", "reader", "pick", "devices", "convert"])
 
 
 if __name__ == "__main__":

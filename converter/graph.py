@@ -152,14 +152,14 @@ def _resolve_edges(trace: LinkedTrace, kept: dict[int, Op]) -> tuple[dict[int, t
             raise ValueError(f"rank {trace.rank}: the linked trace's dependencies form a cycle "
                              "even in time order (a linker bug)")
     deps: dict[int, tuple[list, list]] = {}
-    for dst, sources in incoming.items():
+    edges_out = 0
+    while incoming:  # popped, so that the edge map shrinks as the lists grow
+        dst, sources = incoming.popitem()
         if dst in kept:
             data = [s for s, k in sources.items() if k == _DATA]
             ctrl = [s for s, k in sources.items() if k != _DATA]
             deps[dst] = (data, ctrl)
-    edges_out = 0
-    for data, ctrl in deps.values():
-        edges_out += len(data) + len(ctrl)
+            edges_out += len(data) + len(ctrl)
     stats["edges_out"] = edges_out
     return deps, stats
 
