@@ -111,19 +111,29 @@ def _field(number: int, payload: bytes) -> bytes:
     return _varint(number << 3 | 2) + _varint(len(payload)) + payload
 
 
-def make_space(path: Path, size_mb: int, events_per_line: int = 200_000) -> int:
+def make_space(path: Path, size_mb: int, events_per_line: int = 200_000, launches: bool = False) -> int:
     """A GPU-like XSpace: 8 device planes of stream lines of kernel events with ref_value /
-    int stats. One line is built with protobuf and its bytes repeated (with fresh line ids)
-    so that hundreds of MB are written in seconds. Returns the number of events."""
+    int stats. One line is built and its bytes repeated (with fresh line ids) so that hundreds
+    of MB are written in seconds. Returns the number of device events.
+
+    ``launches``: as a real GPU profile has, a ``/host:CPU`` plane with the host call that
+    launched each kernel (``cuLaunchKernel``, 2 us before it), joined to it by a
+    ``correlation_id`` unique in the profile. Every line is then the same bytes but for the top
+    two bytes of each id (:func:`_line_pieces`)."""
     from chakra_hooks.linker.xla import xspace_pb2
 
-    line = xspace_pb2.XLine(id=1, name="Stream #1(Kernel)", timestamp_ns=1_000_000)
-    for i in range(events_per_line):
-        ev = line.events.add(metadata_id=1 + i % 1000, offset_ps=i * 5_000_123, duration_ps=3_000 + i % 997)
-        ev.stats.add(metadata_id=1, ref_value=10 + i % 1000)  # hlo_op -> a name
-        ev.stats.add(metadata_id=2, ref_value=5)  # hlo_module
-        ev.stats.add(metadata_id=3, int64_value=i)  # correlation_id
-    body = line.SerializeToString()
+    if launches:
+        device_pieces = _line_pieces(events_per_line, device=True)
+        host_pieces = _line_pieces(events_per_line, device=False)
+        body = _line_of(device_pieces, 0, "Stream #1(Kernel)", 1_000_000)
+    else:
+        line = xspace_pb2.XLine(id=1, name="Stream #1(Kernel)", timestamp_ns=1_000_000)
+        for i in range(events_per_line):
+            ev = line.events.add(metadata_id=1 + i % 1000, offset_ps=i * 5_000_123, duration_ps=3_000 + i % 997)
+            ev.stats.add(metadata_id=1, ref_value=10 + i % 1000)  # hlo_op -> a name
+            ev.stats.add(metadata_id=2, ref_value=5)  # hlo_module
+            ev.stats.add(metadata_id=3, int64_value=i)  # correlation_id
+        body = line.SerializeToString()
     head = xspace_pb2.XPlane(id=0, name="/device:GPU:0")
     for name, sid in (("hlo_op", 1), ("hlo_module", 2), ("correlation_id", 3), ("jit_step(7)", 5)):
         head.stat_metadata[sid].name = name
@@ -136,11 +146,56 @@ def make_space(path: Path, size_mb: int, events_per_line: int = 200_000) -> int:
     events = 0
     with open(path, "wb") as out:
         for p in range(8):
-            lines = [_field(3, body) for _ in range(per_plane)]
+            if launches:
+                lines = [_field(3, _line_of(device_pieces, p * per_plane + k, "Stream #1(Kernel)", 1_000_000))
+                         for k in range(per_plane)]
+            else:
+                lines = [_field(3, body) for _ in range(per_plane)]
             plane = plane_head.replace(b"/device:GPU:0", f"/device:GPU:{p}".encode()) + b"".join(lines)
             out.write(_field(1, plane))
             events += per_plane * events_per_line
+        if launches:
+            host = xspace_pb2.XPlane(id=100, name="/host:CPU")
+            host.stat_metadata[3].name = "correlation_id"
+            host.event_metadata[1].name = "cuLaunchKernel"
+            lines = [_field(3, _line_of(host_pieces, n, f"launcher {n // per_plane}", 998_000))
+                     for n in range(8 * per_plane)]
+            out.write(_field(1, host.SerializeToString() + b"".join(lines)))
     return events
+
+
+def _varint_field(number: int, value: int) -> bytes:
+    return _varint(number << 3) + _varint(value)
+
+
+def _line_pieces(n: int, device: bool) -> list[bytes]:
+    """The events of one line, cut just before the last two bytes of each event's correlation
+    id: a 5-byte varint whose low 21 bits are the event's index and top 14 bits the line's
+    number (from 128 on, so that every id takes exactly 5 bytes). ``b"".join`` with a line's two
+    bytes between the pieces makes that line (:func:`_line_of`)."""
+    pieces = []
+    for i in range(n):
+        if device:
+            head = (_varint_field(1, 1 + i % 1000) + _varint_field(2, i * 5_000_123)
+                    + _varint_field(3, 3_000 + i % 997)
+                    + _field(4, _varint_field(1, 1) + _varint_field(7, 10 + i % 1000))  # hlo_op
+                    + _field(4, _varint_field(1, 2) + _varint_field(7, 5)))  # hlo_module
+        else:
+            head = _varint_field(1, 1) + _varint_field(2, i * 5_000_123) + _varint_field(3, 1_500_000)
+        low = bytes([(i & 0x7F) | 0x80, ((i >> 7) & 0x7F) | 0x80, ((i >> 14) & 0x7F) | 0x80])
+        stat = _varint_field(1, 3) + _varint(4 << 3) + low  # correlation_id, int64_value: 2 bytes to come
+        event = head + _varint(4 << 3 | 2) + _varint(len(stat) + 2) + stat
+        pieces.append(_varint(4 << 3 | 2) + _varint(len(event) + 2) + event)
+    pieces.append(b"")
+    return pieces
+
+
+def _line_of(pieces: list[bytes], number: int, name: str, timestamp_ns: int) -> bytes:
+    top = number + 128
+    assert top < 1 << 14 and len(pieces) - 1 <= 1 << 21
+    events = bytes([(top & 0x7F) | 0x80, top >> 7]).join(pieces)
+    return (_varint_field(1, number + 1) + _field(2, name.encode()) + _varint_field(3, timestamp_ns)
+            + events)
 
 
 def measure(mode: str, path: Path) -> dict:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import zlib
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,7 +87,8 @@ def load_each(job: RankJob) -> TraceStream:
                 dev.events = DeviceEvents()  # its ops hold what is needed now: the columns can go
                 _number_groups(trace, group_ids)
                 if launches is not None:
-                    _add_host_launches(trace, launches[k])
+                    _add_host_launches(trace, launches.per_device[k], launches)
+                    launches.per_device[k] = None
                 if idle and k == 0:
                     trace.warnings.append(f"{path}: {len(idle)} devices recorded no events, no ET "
                                           f"written for them ({', '.join(idle[:8])})")
@@ -133,14 +135,55 @@ def _number_groups(trace: LinkedTrace, group_ids: dict[tuple[int, ...], int]) ->
             op.comm.group = group_ids[tuple(members)]
 
 
-def _host_launches(space, devices: list[Device]) -> list[list[tuple]] | None:
+class _Launches:
+    """The host calls that launched one device's work, as columns (a launch per kernel: a
+    tuple each would be ~230 bytes, these are 36): the line it ran on (an index into
+    ``lines``: lane and the line's start in ps), its offset on the line, its duration, its
+    event metadata id and the correlation id. Integer columns become lists if a value needs
+    more than 64 bits."""
+
+    __slots__ = ("line", "offset", "dur", "metadata", "corr")
+
+    def __init__(self) -> None:
+        self.line = array("i")
+        self.offset, self.dur, self.metadata, self.corr = (array("q") for _ in range(4))
+
+    def __len__(self) -> int:
+        return len(self.corr)
+
+    def add(self, line: int, offset: int, dur: int, metadata: int, corr: int) -> None:
+        self.line.append(line)
+        try:
+            self.offset.append(offset)
+            self.dur.append(dur)
+            self.metadata.append(metadata)
+            self.corr.append(corr)
+        except OverflowError:
+            n = len(self.line) - 1  # the complete launches before this one
+            self.offset, self.dur, self.metadata, self.corr = (
+                list(column[:n]) for column in (self.offset, self.dur, self.metadata, self.corr))
+            self.offset.append(offset)
+            self.dur.append(dur)
+            self.metadata.append(metadata)
+            self.corr.append(corr)
+
+
+@dataclass(slots=True)
+class _HostLaunches:
+    """Per device, the host calls that launched its work (:func:`_host_launches`)."""
+
+    per_device: list[_Launches | None]
+    lines: list[tuple[str, int]]  # (lane, the line's start in ps)
+    names: dict[int, str]  # event metadata id -> name
+
+
+def _host_launches(space, devices: list[Device]) -> _HostLaunches | None:
     """Per device, the host calls that launched its work (GPU), in the host plane's order:
     ``/host:CPU`` events with a ``correlation_id`` (hipModuleLaunchKernel, cuLaunchKernel,
-    memcpy calls, on XLA's launch threads) that one of its events carries, as (name, lane,
-    start, duration, correlation). An id that several devices carry is the last one's. Other
-    host events (Python, the executor's ranges) serve all devices of the process at once and
-    are left out: no one device's ET can own them. None: the profile has no such host
-    events to look for."""
+    memcpy calls, on XLA's launch threads) that one of its events carries. An id that several
+    devices carry is the last one's. Other host events (Python, the executor's ranges) serve
+    all devices of the process at once and are left out: no one device's ET can own them.
+    None: the profile has no such host events to look for."""
     host = find_plane(space, "/host:CPU")
     if host is None or "correlation_id" not in host.stat_ids:
         return None
@@ -154,18 +197,23 @@ def _host_launches(space, devices: list[Device]) -> list[list[tuple]] | None:
     if not owner:
         return None
     ids = {host.stat_ids["correlation_id"]: "correlation_id"}
-    launches: list[list[tuple]] = [[] for _ in devices]
+    found = _HostLaunches([_Launches() for _ in devices], [], {})
+    names = found.names
     for line in host.lines():
-        lane = f"thread:{line.name}"
+        number = len(found.lines)
+        base = host.line_base_ps(line)
+        found.lines.append((f"thread:{line.name}", base))
         for mid, start, dur, stats in host.events(line):
             corr = host.pick(stats, ids).get("correlation_id")
             k = owner.get(corr) if isinstance(corr, int) else None
             if k is not None:
-                launches[k].append((host.event_name(mid), lane, start, dur, corr))
-    return launches
+                found.per_device[k].add(number, start - base, dur, mid, corr)
+                if mid not in names:
+                    names[mid] = host.event_name(mid)
+    return found
 
 
-def _add_host_launches(trace: LinkedTrace, launches: list[tuple]) -> None:
+def _add_host_launches(trace: LinkedTrace, launches: _Launches, found: _HostLaunches) -> None:
     """A device's host launches (:func:`_host_launches`) become host ops on lane
     ``thread:<line>``, with a LAUNCH edge to the device op of their correlation id (the last
     one made, when an event made several) and program order (HOST_ORDER) along their thread."""
@@ -174,10 +222,14 @@ def _add_host_launches(trace: LinkedTrace, launches: list[tuple]) -> None:
         corr = op.attrs.get("correlation")
         if corr is not None and op.on_device:
             device_op[corr] = op.uid
+    lines, names = found.lines, found.names
     added = []
-    for name, lane, start, dur, corr in launches:
-        op = Op(uid=len(trace.ops), name=name, kind=OpKind.COMPUTE, on_device=False, lane=lane,
-                start_ps=start, dur_ps=dur, attrs={"correlation": corr})
+    for i in range(len(launches)):
+        lane, base = lines[launches.line[i]]
+        corr = launches.corr[i]
+        op = Op(uid=len(trace.ops), name=names[launches.metadata[i]], kind=OpKind.COMPUTE,
+                on_device=False, lane=lane, start_ps=base + launches.offset[i],
+                dur_ps=launches.dur[i], attrs={"correlation": corr})
         trace.ops.append(op)
         trace.edges.append(Edge(op.uid, device_op[corr], EdgeKind.LAUNCH))
         added.append(op)
