@@ -1,7 +1,7 @@
 """Benchmark: reading XSpace profiles (.xplane.pb), against raw protobuf decoding.
 
     python benchmarks/bench_xspace.py [--size-mb 500] [--corpus ../shared/corpus] [--skip-big]
-                                      [--file PATH]
+                                      [--launches] [--file PATH]
 
 For the corpus profiles and for a generated GPU-like XSpace of about ``--size-mb`` MB, each
 measured in a fresh child process (so peak memory is that measurement's own):
@@ -225,6 +225,8 @@ def main() -> None:
     ap.add_argument("--size-mb", type=int, default=500)
     ap.add_argument("--corpus", type=Path, default=REPO.parent / "shared" / "corpus")
     ap.add_argument("--skip-big", action="store_true")
+    ap.add_argument("--launches", action="store_true",
+                    help="the generated profile with a host plane: a launch per kernel (make_space)")
     ap.add_argument("--file", type=Path, action="append", default=[],
                     help="also measure this .xplane.pb (e.g. a big generated one kept from an earlier run)")
     args = ap.parse_args()
@@ -238,7 +240,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "big.xplane.pb"
             t = time.perf_counter()
-            n = make_space(path, args.size_mb)
+            n = make_space(path, args.size_mb, launches=args.launches)
             print(f"\ngenerated {path.stat().st_size / 1e6:.0f} MB, {n:,} events in {time.perf_counter() - t:.1f} s")
             report("generated", path, ["parse", "bare", "raw", "reader", "pick", "devices", "convert"])
 
