@@ -50,8 +50,8 @@ def load(job: RankJob) -> list[LinkedTrace]:
 
 def load_each(job: RankJob) -> TraceStream:
     """The traces of :func:`load`, linked one device at a time as they are taken, so that
-    only one device's ops are ever in memory (a device's ops take ~30x its events' share of
-    the profile). What a trace needs from the other devices (replica group ids, which host
+    only one device's ops are ever in memory (they take many times the device's share of the
+    profile). What a trace needs from the other devices (replica group ids, which host
     launches are its own) is worked out from the events up front. Bad input raises here,
     before the first trace."""
     path = job.files["xspace"]
@@ -136,8 +136,8 @@ def _number_groups(trace: LinkedTrace, group_ids: dict[tuple[int, ...], int]) ->
 
 
 class _Launches:
-    """The host calls that launched one device's work, as columns (a launch per kernel: a
-    tuple each would be ~230 bytes, these are 36): the line it ran on (an index into
+    """The host calls that launched one device's work, as columns (there is a launch per
+    kernel, and a tuple each would take six times the memory): the line it ran on (an index into
     ``lines``: lane and the line's start in ps), its offset on the line, its duration, its
     event metadata id and the correlation id. Integer columns become lists if a value needs
     more than 64 bits."""
