@@ -84,7 +84,7 @@ def build_graph(trace: LinkedTrace, target: str | Target = Target.FULL, keep_mem
     """
     target = parse_target(target)
     ops = rules(target).retarget(trace.ops, keep_mem)
-    deps, stats = _resolve_edges(trace, {op.uid: op for op in ops})
+    deps, stats = _resolve_edges(trace, {op.uid: op for op in ops}, ops is trace.ops, consume)
     exact_unit = "ns" if all(_whole_ns(op) for op in ops) else "ps"
     stats.update(ops=len(trace.ops))
     if consume:
@@ -125,12 +125,21 @@ def _whole_ns(op: Op) -> bool:
     return (op.start_ps or 0) % 1000 == 0 and (op.dur_ps or 0) % 1000 == 0
 
 
-def _resolve_edges(trace: LinkedTrace, kept: dict[int, Op]) -> tuple[dict[int, tuple[list, list]], dict]:
-    """Per node (data_deps, ctrl_deps): dropped ops bypassed, invalid edges removed, no cycles."""
-    known = {op.uid for op in trace.ops}
+def _resolve_edges(trace: LinkedTrace, kept: dict[int, Op], all_kept: bool = False,
+                   consume: bool = False) -> tuple[dict[int, tuple[list, list]], dict]:
+    """Per node (data_deps, ctrl_deps): dropped ops bypassed, invalid edges removed, no cycles.
+
+    ``all_kept``: ``kept`` holds every op of the trace, so it serves as the set of known uids
+    too. ``consume``: the trace's edges are let go as they are read (the trace is emptied)."""
+    known = kept if all_kept else {op.uid for op in trace.ops}
     incoming: dict[int, dict[int, EdgeKind]] = {}
-    stats = {"edges_in": len(trace.edges), "edges_missing_end": 0, "edges_self": 0, "edges_against_time": 0}
-    for edge in trace.edges:
+    edges = trace.edges
+    stats = {"edges_in": len(edges), "edges_missing_end": 0, "edges_self": 0, "edges_against_time": 0}
+    if consume:
+        trace.edges = []
+    for i, edge in enumerate(edges):
+        if consume:
+            edges[i] = None  # the edge map replaces it
         src, dst = edge.src, edge.dst
         if src not in known or dst not in known:
             stats["edges_missing_end"] += 1
