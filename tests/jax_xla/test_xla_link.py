@@ -314,3 +314,16 @@ def _part_of_a_class(o: object) -> bool:
     return (isinstance(o, type) or type(o).__name__ == "Descriptor"
             or (isinstance(o, tuple) and all(isinstance(x, type) for x in o))
             or (isinstance(o, dict) and "__module__" in o))
+
+
+def test_host_launch_columns_take_ids_beyond_64_bits() -> None:
+    """A correlation id is a uint64 stat: one beyond int64 turns the launch columns into lists,
+    keeping every launch before it whole."""
+    launches = xla_link._Launches()
+    launches.add(0, 5, 7, 1, 42)
+    launches.add(1, 6, 8, 2, 2**64 - 1)
+    launches.add(0, 9, 3, 1, 43)
+    assert len(launches) == 3
+    assert list(launches.line) == [0, 1, 0]
+    assert list(launches.offset) == [5, 6, 9] and list(launches.dur) == [7, 8, 3]
+    assert list(launches.metadata) == [1, 2, 1] and list(launches.corr) == [42, 2**64 - 1, 43]
