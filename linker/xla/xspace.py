@@ -359,10 +359,11 @@ class PlaneView:
         """:meth:`raw_stat` without the cache, for a stat whose value is new with every event
         (an id): decoding the usual layout costs less than hashing the record."""
         n = len(raw)
-        if 4 <= n <= 6 and raw[0] == 0x08 and raw[1] < 0x80 and raw[2] in _VARINT_STATS:
+        if 4 <= n <= 8 and raw[0] == 0x08 and raw[1] < 0x80 and raw[2] in _VARINT_STATS:
             # Fast path, inline (this runs for every stat whose value is new, e.g. ids):
-            # the usual layout, id < 128 then one varint (ints and ref_value) of up to 3 bytes;
-            # longer ones (TPU device times) decode faster in upb than in a Python loop.
+            # the usual layout, id < 128 then one varint (ints and ref_value) of up to 5 bytes
+            # (correlation ids past 2M are 4 bytes); longer ones (TPU device times) decode
+            # faster in upb than in a Python loop.
             value = raw[3]
             pos = 3
             if value >= 0x80:

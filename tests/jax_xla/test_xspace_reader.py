@@ -183,7 +183,11 @@ def test_stat_values_of_every_kind() -> None:
               ("uint64_value", 2**64 - 1), ("uint64_value", 0), ("double_value", 2.5),
               ("int64_value", 300_000), ("int64_value", 5_000_000), ("uint64_value", 127),
               ("str_value", "hé"), ("bytes_value", b"\x00\xff"), ("ref_value", 200),
-              ("ref_value", 999), ("compressed_str_value", zlib.compress(b"long text"))]
+              ("ref_value", 999), ("compressed_str_value", zlib.compress(b"long text")),
+              # varints of 3, 4, 5 bytes (the fast path's reach) and 6 (upb's)
+              ("int64_value", 2**21 - 1), ("int64_value", 2**21), ("int64_value", 2**28),
+              ("int64_value", 2**35 - 1), ("int64_value", 2**35), ("uint64_value", 2**30),
+              ("ref_value", 2**29)]
     expected = []
     for sid in (1, 200, 0):
         for kind, value in values:
