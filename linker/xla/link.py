@@ -152,20 +152,18 @@ class _Launches:
         return len(self.corr)
 
     def add(self, line: int, offset: int, dur: int, metadata: int, corr: int) -> None:
-        self.line.append(line)
+        n = len(self.line)  # the complete launches before this one
         try:
             self.offset.append(offset)
             self.dur.append(dur)
             self.metadata.append(metadata)
             self.corr.append(corr)
-        except OverflowError:
-            n = len(self.line) - 1  # the complete launches before this one
+        except OverflowError:  # as lists (which take any int), cut back to n, then again
             self.offset, self.dur, self.metadata, self.corr = (
                 list(column[:n]) for column in (self.offset, self.dur, self.metadata, self.corr))
-            self.offset.append(offset)
-            self.dur.append(dur)
-            self.metadata.append(metadata)
-            self.corr.append(corr)
+            self.add(line, offset, dur, metadata, corr)
+            return
+        self.line.append(line)
 
 
 @dataclass(slots=True)
