@@ -125,13 +125,13 @@ def _convert_trace(trace: LinkedTrace, job: RankJob, staging: str,
     chakra = graph.build_graph(trace, target=options.target, keep_mem=options.keep_mem,
                                consume=True)
     path = Path(staging) / f"{options.prefix}.{trace.rank}.et"
-    etio.write_et(path, chakra.metadata, chakra.bodies)
+    etio.write_et(path, chakra.metadata_body, chakra.bodies)
     files = [path.name]
     if options.write_json:
         json_path = path.with_suffix(".json")
         etio.write_workload_json(json_path, chakra.nodes)
         files.append(json_path.name)
-    summary = chakra.tally.summary(path.name, chakra.metadata).to_json()
+    summary = chakra.tally.summary(path.name, chakra.version, chakra.metadata_values).to_json()
     # What the target's rules across ranks may rewrite (its finish_run).
     collectives = ([(i, chakra.bodies[i]) for i in chakra.collectives]
                    if target.NEEDS_RUN_COLLECTIVES else [])

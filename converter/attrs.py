@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-from .schema import AttributeProto, Node
+if TYPE_CHECKING:  # the classes load protobuf, which writing nodes does not need (schema/)
+    from .schema import AttributeProto, Node
 
 # The oneof that consumers read for each well-known attribute (formats.md, section 1). A value
 # in another oneof is silently ignored or rejected by some consumer.
@@ -57,6 +59,8 @@ def oneof_for(name: str, value: object) -> str:
 
 def make_attr(name: str, value: object) -> AttributeProto:
     """A standalone attribute (see ``oneof_for``)."""
+    from .schema import AttributeProto
+
     attr = AttributeProto(name=name)
     _set_value(attr, oneof_for(name, value), value)
     return attr

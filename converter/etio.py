@@ -21,14 +21,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import orjson
-from google.protobuf.message import DecodeError
 
 from chakra_hooks.common.errors import TraceFormatError
 
 from .attrs import value_of
-from .schema import GlobalMetadata, Node, NodeStream
 from .wire import encode_varint
+
+if TYPE_CHECKING:  # protobuf is loaded by reading an ET, not by writing one (schema/)
+    from .schema import GlobalMetadata, Node
 
 GZIP_MAGIC = b"\x1f\x8b"
 NODE_TAG = b"\x0a"  # field 1, wire type 2 (length-delimited)
@@ -122,6 +125,10 @@ def decode_et(buf: bytes, path: str | os.PathLike = "<bytes>") -> tuple[GlobalMe
 
 def decode_frames(frames: list[bytes], path: str | os.PathLike) -> tuple[GlobalMetadata, Sequence[Node]]:
     """Decode split frames. Consumes ``frames`` (emptied to free memory before the parse)."""
+    from google.protobuf.message import DecodeError
+
+    from .schema import GlobalMetadata, NodeStream
+
     if not frames:
         raise TraceFormatError(path, "byte 0", "a GlobalMetadata message first (the file is empty)")
     metadata = GlobalMetadata()
@@ -145,6 +152,8 @@ def decode_frames(frames: list[bytes], path: str | os.PathLike) -> tuple[GlobalM
 
 def decode_bodies(bodies: Iterable[bytes]) -> Sequence[Node]:
     """Serialised Node messages -> Node messages, in one protobuf parse."""
+    from .schema import NodeStream
+
     stream = NodeStream()
     stream.ParseFromString(b"".join(NODE_TAG + encode_varint(len(body)) + body for body in bodies))
     return stream.nodes
@@ -156,6 +165,10 @@ def _raise_first_bad_node(joined: bytes, metadata_len: int, path: str | os.PathL
     ``joined`` holds the node frames, each behind one tag byte; node #k therefore starts at
     (its place in ``joined``) - (k + 1) + ``metadata_len`` in the original file.
     """
+    from google.protobuf.message import DecodeError
+
+    from .schema import Node
+
     pos, index = 0, 0
     while pos < len(joined):
         prefix = pos + 1  # skip the tag byte
@@ -181,10 +194,10 @@ def read_et(path: str | os.PathLike) -> EtFile:
     return EtFile(Path(path), metadata, nodes, compressed, size)
 
 
-def encode_et(metadata: GlobalMetadata, nodes: Iterable[Node | bytes]) -> Iterable[bytes]:
-    """The framed stream, piece by piece (metadata first). ``nodes`` holds Node messages or
-    their serialised bodies."""
-    body = metadata.SerializeToString()
+def encode_et(metadata: GlobalMetadata | bytes, nodes: Iterable[Node | bytes]) -> Iterable[bytes]:
+    """The framed stream, piece by piece (metadata first). ``metadata`` and ``nodes`` are
+    messages or their serialised bodies."""
+    body = metadata if type(metadata) is bytes else metadata.SerializeToString()
     yield encode_varint(len(body))
     yield body
     for node in nodes:
@@ -249,7 +262,7 @@ def atomic_write(path: str | os.PathLike, pieces: Iterable[bytes], compress: boo
     return written
 
 
-def write_et(path: str | os.PathLike, metadata: GlobalMetadata, nodes: Iterable[Node | bytes],
+def write_et(path: str | os.PathLike, metadata: GlobalMetadata | bytes, nodes: Iterable[Node | bytes],
              compress: bool | None = None) -> int:
     """Write an ET atomically; ``.gz`` names are gzip-compressed. Returns the stream size."""
     return atomic_write(path, encode_et(metadata, nodes), compress)

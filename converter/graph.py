@@ -14,18 +14,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from chakra_hooks import __version__
 from chakra_hooks.common.errors import TraceFormatError
 from chakra_hooks.linker.model import PS_PER_US, EdgeKind, LinkedTrace, Op, OpKind
 
-from .attrs import make_attr
 from .dag import unfinished_nodes
 from .etio import decode_bodies
-from .schema import GlobalMetadata, Node, NodeType
+from .schema import NODE_TYPE_NAMES
 from .summary import UNKNOWN_ATTRS, Tally
 from .targets import Target, parse_target, rules
-from .wire import NodeEncoder
+from .wire import NodeEncoder, encode_metadata
+
+if TYPE_CHECKING:  # protobuf is loaded only where messages are read (schema/)
+    from .schema import GlobalMetadata, Node
 
 CHAKRA_SCHEMA_VERSION = "0.0.4"
 # Enum members read per op or per edge, bound once: reading one off its class goes through
@@ -34,22 +37,22 @@ _DATA, _HOST_ORDER, _PARENT = EdgeKind.DATA, EdgeKind.HOST_ORDER, EdgeKind.PAREN
 _COLLECTIVE = OpKind.COLLECTIVE
 
 _NODE_TYPE = {
-    OpKind.COMPUTE: NodeType.Value("COMP_NODE"),
-    OpKind.COLLECTIVE: NodeType.Value("COMM_COLL_NODE"),
-    OpKind.SEND: NodeType.Value("COMM_SEND_NODE"),
-    OpKind.RECV: NodeType.Value("COMM_RECV_NODE"),
-    OpKind.MEM_LOAD: NodeType.Value("MEM_LOAD_NODE"),
-    OpKind.MEM_STORE: NodeType.Value("MEM_STORE_NODE"),
-    OpKind.METADATA: NodeType.Value("METADATA_NODE"),
+    OpKind.COMPUTE: NODE_TYPE_NAMES.index("COMP_NODE"),
+    OpKind.COLLECTIVE: NODE_TYPE_NAMES.index("COMM_COLL_NODE"),
+    OpKind.SEND: NODE_TYPE_NAMES.index("COMM_SEND_NODE"),
+    OpKind.RECV: NODE_TYPE_NAMES.index("COMM_RECV_NODE"),
+    OpKind.MEM_LOAD: NODE_TYPE_NAMES.index("MEM_LOAD_NODE"),
+    OpKind.MEM_STORE: NODE_TYPE_NAMES.index("MEM_STORE_NODE"),
+    OpKind.METADATA: NODE_TYPE_NAMES.index("METADATA_NODE"),
 }
 _COMM_KINDS = frozenset({OpKind.COLLECTIVE, OpKind.SEND, OpKind.RECV})
 
 @dataclass
 class ChakraGraph:
-    """One Chakra ET in memory, ready for ``etio.write_et(path, metadata, bodies)``."""
+    """One Chakra ET in memory, ready for ``etio.write_et(path, metadata_body, bodies)``."""
 
     rank: int
-    metadata: GlobalMetadata
+    metadata_body: bytes  # the serialised GlobalMetadata message
     bodies: list[bytes]  # each node's serialised Node message, in file order
     groups: dict[int, list[int]]
     tally: Tally  # what summary.summarize would count in the nodes, counted as they were made
@@ -60,7 +63,16 @@ class ChakraGraph:
     # (converter/targets/astra_sim), which rewrite only those, leave as is.
     collectives: list[int] = field(default_factory=list)
     others_tally: Tally = field(default_factory=Tally)
+    version: str = CHAKRA_SCHEMA_VERSION  # the GlobalMetadata's, and its attributes' values:
+    metadata_values: dict[str, object] = field(default_factory=dict)  # what tally.summary reads
     _nodes: Sequence[Node] | None = field(default=None, repr=False)
+
+    @property
+    def metadata(self) -> GlobalMetadata:
+        """The GlobalMetadata as a protobuf message (decoded from ``metadata_body``)."""
+        from .schema import GlobalMetadata
+
+        return GlobalMetadata.FromString(self.metadata_body)
 
     @property
     def nodes(self) -> Sequence[Node]:
@@ -106,12 +118,13 @@ def build_graph(trace: LinkedTrace, target: str | Target = Target.FULL, keep_mem
         if consume:
             ops[index] = None  # type: ignore[call-overload]
     stats.update(nodes=len(bodies))
-    metadata = _make_metadata(trace, target, exact_unit)
+    values = _metadata_values(trace, target, exact_unit)
     tally = Tally()
     tally.merge(others)
     tally.merge(collective_tally)
-    return ChakraGraph(trace.rank, metadata, bodies, dict(trace.groups), tally, stats,
-                       list(trace.warnings), collectives=collectives, others_tally=others)
+    return ChakraGraph(trace.rank, encode_metadata(CHAKRA_SCHEMA_VERSION, values), bodies,
+                       dict(trace.groups), tally, stats, list(trace.warnings),
+                       collectives=collectives, others_tally=others, metadata_values=values)
 
 
 def _sources(trace: LinkedTrace) -> str:
@@ -359,8 +372,8 @@ def _comm_attrs(op: Op) -> Iterable[tuple[str, object]]:
     yield "comm_tag", comm.tag
 
 
-def _make_metadata(trace: LinkedTrace, target: Target, exact_unit: str) -> GlobalMetadata:
-    meta = GlobalMetadata(version=CHAKRA_SCHEMA_VERSION)
+def _metadata_values(trace: LinkedTrace, target: Target, exact_unit: str) -> dict[str, object]:
+    """The GlobalMetadata's attributes: the trace's metadata, then what every ET states."""
     fixed = {
         "producer": f"chakra-hooks {__version__}",
         "framework": trace.framework,
@@ -370,6 +383,4 @@ def _make_metadata(trace: LinkedTrace, target: Target, exact_unit: str) -> Globa
         "time_unit": "us (start_time_micros, duration_micros rounded half up)",
         "exact_time_unit": exact_unit,
     }
-    items = {**{k: v for k, v in trace.metadata.items() if v is not None}, **fixed}
-    meta.attr.extend(make_attr(name, value) for name, value in items.items())
-    return meta
+    return {**{k: v for k, v in trace.metadata.items() if v is not None}, **fixed}

@@ -11,19 +11,29 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from chakra_hooks.common.errors import TraceFormatError
 
 from .attrs import value_of
-from .schema import COMM_COLL, COMM_TYPES, KNOWN_TYPES, CollectiveCommType, GlobalMetadata, Node, NodeType
+from .schema import COMM_COLL, COMM_TYPE_NAMES, COMM_TYPES, KNOWN_TYPES, NODE_TYPE_NAMES
+
+if TYPE_CHECKING:
+    from .schema import GlobalMetadata, Node
 
 _RANK_IN_NAME = re.compile(r"\.(\d+)\.et(?:\.gz)?$")
 # Attributes saying a value was not recorded (or could not be resolved): counted per file.
 UNKNOWN_ATTRS = frozenset({"duration_unknown", "comm_size_unknown", "comm_unresolved"})
 
 
+_COMM_NAMES = dict(enumerate(COMM_TYPE_NAMES))
+
+
 def _comm_name(value: object) -> str:
-    return CollectiveCommType.Name(value) if value in CollectiveCommType.values() else f"UNKNOWN_{value}"
+    try:
+        return _COMM_NAMES[value]  # type: ignore[index]
+    except (KeyError, TypeError):
+        return f"UNKNOWN_{value}"
 
 
 @dataclass
@@ -88,7 +98,7 @@ class Tally:
             self.comm_types[name] += 1
             self.comm_bytes[name] += int(comm_size or 0)
         elif kind != COMM_COLL and kind in COMM_TYPES:  # point-to-point, by node type
-            name = NodeType.Name(kind)
+            name = NODE_TYPE_NAMES[kind]
             self.comm_types[name] += 1
             self.comm_bytes[name] += int(comm_size or 0)
 
@@ -136,17 +146,18 @@ class Tally:
         for name, count in other.unknown.items():
             self.unknown[name] = self.unknown.get(name, 0) + count
 
-    def summary(self, path: str, metadata: GlobalMetadata) -> Summary:
-        meta = {attr.name: value_of(attr) for attr in metadata.attr}
-        by_type = {NodeType.Name(k): v for k, v in self.count_by.items()}
-        duration = {NodeType.Name(k): v for k, v in self.duration_by.items()}
+    def summary(self, path: str, version: str, meta: dict[str, object]) -> Summary:
+        """The Summary of the file at ``path``, whose GlobalMetadata has ``version`` and the
+        attributes ``meta`` (name -> value, as :func:`metadata_values` reads them)."""
+        by_type = {NODE_TYPE_NAMES[k]: v for k, v in self.count_by.items()}
+        duration = {NODE_TYPE_NAMES[k]: v for k, v in self.duration_by.items()}
         match = _RANK_IN_NAME.search(path)
         return Summary(
-            path=path, schema=metadata.version, nodes=self.nodes,
+            path=path, schema=version, nodes=self.nodes,
             by_type=by_type, comm_types=dict(self.comm_types),
             comm_bytes=sum(self.comm_bytes.values()), duration_us=sum(duration.values()),
             data_deps=self.data_deps, ctrl_deps=self.ctrl_deps,
-            rank=int(match.group(1)) if match else None, version=metadata.version,
+            rank=int(match.group(1)) if match else None, version=version,
             metadata={k: v for k, v in meta.items() if isinstance(v, (str, int, float, bool))},
             duration_by_type_us=duration, comm_bytes_by_type=dict(self.comm_bytes),
             cpu_nodes=self.cpu, source_schema=str(meta.get("schema", "")),
@@ -165,9 +176,14 @@ def summarize(path: str, metadata: GlobalMetadata, nodes: Sequence[Node], check:
     tally = Tally()
     for index, node in enumerate(nodes):
         tally.add_node(node, path, index, check)
-    summary = tally.summary(path, metadata)
+    summary = tally.summary(path, metadata.version, metadata_values(metadata))
     summary.moe, summary.kv = _moe_and_kv(nodes)
     return summary
+
+
+def metadata_values(metadata: GlobalMetadata) -> dict[str, object]:
+    """A GlobalMetadata's attributes, name -> value (the last of a repeated name wins)."""
+    return {attr.name: value_of(attr) for attr in metadata.attr}
 
 
 def _moe_and_kv(nodes: Sequence[Node]) -> tuple[dict | None, dict | None]:

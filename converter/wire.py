@@ -23,6 +23,7 @@ _START, _DURATION = b"\x30", b"\x38"
 _INPUTS, _OUTPUTS, _ATTR = b"\x42", b"\x4a", b"\x52"
 _IO_VALUES, _IO_SHAPES, _IO_TYPES = b"\x0a", b"\x12", b"\x1a"
 _ATTR_NAME = b"\x0a"
+_META_VERSION, _META_ATTR = b"\x0a", b"\x12"  # GlobalMetadata fields
 
 # AttributeProto value oneofs written here: key bytes and how the value is encoded.
 _SCALAR_KEYS = {
@@ -30,6 +31,11 @@ _SCALAR_KEYS = {
     "bool_val": b"\xd8\x01", "string_val": b"\xea\x01",
 }
 _DOUBLE = Struct("<d").pack
+# AttributeProto list oneofs written here (the ones attrs.oneof_for picks for a list): key
+# bytes, and the one type their elements must have (any other list is protobuf's to write).
+_LIST_KEYS = {"int64_list": (b"\x52", int), "double_list": (b"\x22", float),
+              "bool_list": (b"\xe2\x01", bool), "string_list": (b"\xf2\x01", str)}
+_LIST_VALUES = b"\x0a"  # the XList message's one field, ``values``
 _TIMING_NAMES = {unit: (f"start_{unit}", f"duration_{unit}") for unit in ("ns", "ps")}
 _U64 = 1 << 64
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
@@ -118,7 +124,10 @@ def encode_attr(name: str, value: object, oneof: str | None = None) -> bytes:
         oneof = oneof_for(name, value)
     key = _SCALAR_KEYS.get(oneof)
     if key is None or type(value) is float and oneof != "double_val":
-        return make_attr(name, value).SerializeToString()  # lists and the rarer oneofs
+        field = _list_field(oneof, value)
+        if field is None:  # the rarer oneofs, and lists of mixed or out-of-range values
+            return make_attr(name, value).SerializeToString()
+        return _attr_name(name) + field
     head = _attr_name(name)
     if oneof == "string_val":
         return head + _length_delimited(key, value.encode())  # type: ignore[union-attr]
@@ -129,6 +138,30 @@ def encode_attr(name: str, value: object, oneof: str | None = None) -> bytes:
     if oneof == "int32_val":
         return head + key + _signed_varint(value, _I32_MIN, _I32_MAX, oneof)  # type: ignore[arg-type]
     return head + key + _int_value(value, oneof)  # type: ignore[arg-type]
+
+
+def _list_field(oneof: str, values: object) -> bytes | None:
+    """The list oneof's field (key, length, the XList message: packed numbers, or strings),
+    or None where every element is not of the list's type (or an int is beyond int64)."""
+    found = _LIST_KEYS.get(oneof)
+    if found is None or type(values) not in (list, tuple):
+        return None
+    key, kind = found
+    for item in values:  # type: ignore[attr-defined]
+        if type(item) is not kind or kind is int and not _I64_MIN <= item <= _I64_MAX:
+            return None
+    if kind is str:
+        body = b"".join(_length_delimited(_LIST_VALUES, item.encode()) for item in values)  # type: ignore[attr-defined]
+    elif not values:
+        body = b""
+    elif kind is float:
+        body = _length_delimited(_LIST_VALUES, Struct(f"<{len(values)}d").pack(*values))  # type: ignore[arg-type]
+    elif kind is bool:
+        body = _length_delimited(_LIST_VALUES, bytes(values))  # type: ignore[arg-type]
+    else:
+        body = _length_delimited(_LIST_VALUES, b"".join(
+            encode_varint(item + _U64 if item < 0 else item) for item in values))  # type: ignore[attr-defined]
+    return _length_delimited(key, body)
 
 
 def _int_value(value: int, oneof: str) -> bytes:
@@ -146,6 +179,14 @@ def _int_bits(value: int, oneof: str) -> int:
     if oneof == "uint64_val" and 0 <= value < _U64:
         return value
     raise ValueError(f"value {value} out of range for {oneof}")
+
+
+def encode_metadata(version: str, values: dict[str, object]) -> bytes:
+    """A GlobalMetadata message (the ET's first): ``version`` and one attribute per item of
+    ``values`` (None values left out), each in the oneof ``encode_attr`` picks."""
+    body = _length_delimited(_META_VERSION, version.encode()) if version else b""
+    return body + b"".join(_length_delimited(_META_ATTR, encode_attr(name, value))
+                           for name, value in values.items() if value is not None)
 
 
 class NodeEncoder:

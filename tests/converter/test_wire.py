@@ -6,7 +6,7 @@ import pytest
 
 from chakra_hooks.converter import wire
 from chakra_hooks.converter.attrs import make_attr, oneof_for
-from chakra_hooks.converter.schema import IOInfo, Node
+from chakra_hooks.converter.schema import GlobalMetadata, IOInfo, Node
 
 def written(method, *args) -> bytes:
     """What an encoder method appends to an empty node buffer."""
@@ -26,6 +26,10 @@ ATTRS = [
     ("comm_tag", (1 << 31) - 1), ("pg_name", "3"), ("ratio", 0.25), ("ratio", -1e300),
     ("tokens_per_expert", [3, 0, 5]), ("experts", ["a", "b"]), ("empty", []),
     ("flags", [True, False]), ("scales", [0.5, 2.0]), ("", 5), ("n" * 20000, 7),
+    ("ranks", list(range(0, 300, 7))), ("ids", [-1, -(1 << 63), (1 << 63) - 1, 0]),
+    ("names", ["", "é", "x" * 200]), ("pair", (4, 5)), ("involved_dim", [True]),
+    ("involved_dim", []), ("no_strings", [""]), ("nan", [float("nan"), -0.0, 1e308]),
+    ("mixed", [1.5, 2]), ("mixed", [True, 1]),
 ]
 
 
@@ -36,6 +40,23 @@ def test_attribute_bytes_equal_protobufs(name: str, value: object) -> None:
     oneof = oneof_for(name, value)
     if type(value) is int and oneof in ("int64_val", "uint64_val"):  # the timing / id fast path
         assert written(wire.NodeEncoder().int_attr, name, value, oneof) == expected
+
+
+@pytest.mark.parametrize("value", [[1, True], [1, 1 << 63], ["a", 1]])
+def test_lists_protobuf_refuses_are_refused(value: list) -> None:
+    with pytest.raises((TypeError, ValueError)) as theirs:
+        make_attr("x", value)
+    with pytest.raises(type(theirs.value)):
+        written(wire.NodeEncoder().attr, "x", value)
+
+
+@pytest.mark.parametrize("version", ["0.0.4", ""])
+def test_metadata_bytes_equal_protobufs(version: str) -> None:
+    values = dict(ATTRS)  # one value per name: every kind, lists (protobuf's) and "" included
+    values["skipped"] = None
+    expected = GlobalMetadata(version=version, attr=[
+        make_attr(name, value) for name, value in values.items() if value is not None])
+    assert wire.encode_metadata(version, values) == expected.SerializeToString()
 
 
 def test_cached_attributes_stay_right() -> None:

@@ -46,8 +46,10 @@ def test_corpus_converts_and_validates(corpus: Path, tmp_path: Path, name: str,
     # The node bytes we write ourselves (converter/wire.py) are protobuf's own encoding.
     assert all(node.SerializeToString() == body for node, body in zip(graph.nodes, graph.bodies))
     # What the converter counted as it wrote is what inspect counts in the decoded nodes.
-    assert (graph.tally.summary(f"{name}.0.et", graph.metadata)
+    assert (graph.tally.summary(f"{name}.0.et", graph.version, graph.metadata_values)
             == summarize(f"{name}.0.et", graph.metadata, graph.nodes))
+    # The metadata bytes we write ourselves are protobuf's own encoding too.
+    assert graph.metadata.SerializeToString() == graph.metadata_body
     out = tmp_path / f"{name}.0.et"
     etio.write_et(out, graph.metadata, graph.bodies)
     assert len(reference_reader(out)[1]) == len(graph.nodes)

@@ -24,7 +24,7 @@ from pathlib import Path
 import orjson
 
 from chakra_hooks import storage
-from chakra_hooks.converter.schema import CollectiveCommType, NodeType
+from chakra_hooks.converter.schema import COMM_TYPE_NAMES, NODE_TYPE_NAMES
 from chakra_hooks.linker.enrich.gaps import add_gaps, add_window_anchor
 from chakra_hooks.linker.model import CommType, LinkedTrace, Op, OpKind
 
@@ -32,10 +32,10 @@ from . import network
 
 NEEDS_RUN_COLLECTIVES = True
 FILES = (network.NETWORK_FILE, network.SYSTEM_FILE)
-REFUSED_NODE_TYPES = frozenset(NodeType.Value(n) for n in
+REFUSED_NODE_TYPES = frozenset(NODE_TYPE_NAMES.index(n) for n in
                                ("INVALID_NODE", "METADATA_NODE", "MEM_LOAD_NODE", "MEM_STORE_NODE"))
 # Simulated, or (BROADCAST) replayed from its duration; any other type aborts ASTRA-sim.
-COMM_TYPES = frozenset(CollectiveCommType.Value(n) for n in
+COMM_TYPES = frozenset(COMM_TYPE_NAMES.index(n) for n in
                        ("ALL_REDUCE", "ALL_GATHER", "ALL_TO_ALL", "REDUCE_SCATTER", "BROADCAST"))
 COMM_SIZE_REQUIRED = True  # a simulator would move 0 bytes for a size not recorded
 COLLECTIVES = frozenset({CommType.ALL_REDUCE, CommType.ALL_GATHER, CommType.ALL_TO_ALL,
@@ -177,4 +177,4 @@ def rewrite_collectives(path: str, json_path: str | None, bodies: list[tuple[int
     if json_path is not None:
         with storage.local_copy(json_path) as local_json:
             etio.write_workload_json(local_json, etio.decode_frames(frames, path)[1])
-    return tally.summary(name, metadata).to_json()
+    return tally.summary(name, metadata.version, summary.metadata_values(metadata)).to_json()
