@@ -6,7 +6,8 @@
 Inputs: ``--ranks`` copies of one real rank of the corpus, each under its own rank number (the
 ET's file name; the Kineto trace's file name and ``distributedInfo``): ``resnet`` is the
 ``a100_resnet_nccl`` pair (18 MB of JSON a rank), ``dlrm`` the 8 DLRM ranks (1.6 MB a rank,
-benchmarks/tile_dlrm.py). Each configuration runs ``python -m chakra_hooks convert -j N`` in a
+benchmarks/tile_dlrm.py). Each configuration runs ``chakra-hooks convert -j N`` (the command
+beside this Python, as a user types it; ``python -m chakra_hooks`` where there is none) in a
 fresh process, the worker counts alternated ``--repeat`` times (the machine's speed drifts);
 reported: best and median wall seconds, and the speedup over one worker, best against best and
 median against median.
@@ -57,9 +58,11 @@ def raw_mb(folder: Path) -> float:
 
 
 def run(inputs: Path, out: Path, workers: int) -> float:
+    script = Path(sys.executable).with_name("chakra-hooks")
+    command = [str(script)] if script.is_file() else [sys.executable, "-m", "chakra_hooks"]
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "chakra_hooks", "convert", str(inputs), "-o", str(out),
-                           "--overwrite", "-j", str(workers)], capture_output=True, text=True)
+    done = subprocess.run([*command, "convert", str(inputs), "-o", str(out), "--overwrite", "-j",
+                           str(workers)], capture_output=True, text=True)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"convert -j {workers} failed: {done.stderr[-400:]}")
