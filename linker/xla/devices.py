@@ -19,7 +19,9 @@ times the profile's own size in memory (docs/performance.md).
 from __future__ import annotations
 
 import bisect
+import marshal
 import re
+import zlib
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -34,11 +36,27 @@ _COPIES = (None, "load", "store", "device")  # DeviceEvents.copy codes
 _COPY_CODES = {copy: code for code, copy in enumerate(_COPIES)}
 _NO_CORRELATION = -(1 << 63)  # DeviceEvents.correlation of an event without one
 _NO_DETAILS = (None, None, None, None)
+# The columns DeviceEvents.pack compresses (exec_key too, marshalled: its values are small ints,
+# strings or None, the same object for every event of one run).
+_PACKED_COLUMNS = ("start_ps", "dur_ps", "correlation", "name", "module_key", "lane", "detail",
+                   "copy", "transfer")
 
 # A varint of 1 to 4 bytes read as one little-endian integer: it is exactly one varint when
 # the high bit of every byte but the last is set (its 7-bit groups then are the value).
 _VARINT_HIGH_BITS = [0, 0x80, 0x8080, 0x808080, 0x80808080]
 _VARINT_MORE_BITS = [0, 0, 0x80, 0x8080, 0x808080]
+
+
+class _PackedLength:
+    """What DeviceEvents.exec_key holds while packed: its length, and nothing to index."""
+
+    __slots__ = ("length",)
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
 
 
 @dataclass(slots=True)
@@ -71,7 +89,8 @@ class DeviceEvents:
     metadata fixes, are an index into ``details``."""
 
     __slots__ = ("start_ps", "dur_ps", "name", "module_key", "lane", "exec_key", "copy",
-                 "correlation", "detail", "transfer", "strings", "details", "_string_ids")
+                 "correlation", "detail", "transfer", "strings", "details", "_string_ids",
+                 "_packed")
 
     def __init__(self) -> None:
         self.start_ps = array("q")
@@ -87,9 +106,56 @@ class DeviceEvents:
         self.strings: list[str] = [""]
         self._string_ids: dict[str, int] = {"": 0}
         self.details: list[tuple] = [_NO_DETAILS]
+        self._packed: dict[str, tuple[str, bytes]] | None = None  # see pack()
 
     def __len__(self) -> int:
         return len(self.exec_key)
+
+    def pack(self) -> None:
+        """Keep the columns compressed (zlib's fastest level) while the device waits for its
+        turn to be linked: a profile's devices are collected before any is linked, and their
+        columns were the largest thing in memory then (docs/performance.md). Until
+        :meth:`unpack`, only ``len()`` and the string tables may be read.
+
+        The first call compresses; a call after :meth:`unpack` only lets the columns go again
+        (what it compressed stays): the columns must not change in between. Columns widened
+        to lists (times beyond 64 bits) stay as they are."""
+        if self._packed is None:
+            if type(self.start_ps) is list:
+                return
+            try:
+                keys = marshal.dumps(self.exec_key)
+            except ValueError:  # an exec key marshal cannot write: the columns stay as they are
+                return
+            packed = {name: (column.typecode, zlib.compress(column, 1))
+                      for name in _PACKED_COLUMNS if (column := getattr(self, name)) is not None}
+            packed["exec_key"] = ("", zlib.compress(keys, 1))
+            self._packed = packed
+        length = _PackedLength(len(self.exec_key))
+        for name in _PACKED_COLUMNS:
+            setattr(self, name, None)
+        self.exec_key = length  # type: ignore[assignment]
+
+    def unpack(self) -> None:
+        """The columns back from :meth:`pack` (nothing to do if they are here)."""
+        if self._packed is None or type(self.exec_key) is not _PackedLength:
+            return
+        for name, (typecode, blob) in self._packed.items():
+            if name == "exec_key":
+                self.exec_key = marshal.loads(zlib.decompress(blob))
+            else:
+                column = array(typecode)
+                column.frombytes(zlib.decompress(blob))
+                setattr(self, name, column)
+
+    def column(self, name: str) -> array | list:
+        """One column, decompressed alone if the events are packed."""
+        if self._packed is not None and type(self.exec_key) is _PackedLength:
+            typecode, blob = self._packed[name]
+            column = array(typecode)
+            column.frombytes(zlib.decompress(blob))
+            return column
+        return getattr(self, name)
 
     def intern(self, text: str) -> int:
         """The index of ``text`` in ``strings`` (added when new)."""
@@ -223,13 +289,14 @@ class Device:
     events: DeviceEvents = field(default_factory=DeviceEvents)
 
 
-def collect_devices(space: XSpaceFile) -> list[Device]:
-    """Planes are decoded one at a time (by name, without decoding the others) and let go."""
+def collect_devices(space: XSpaceFile, packed: bool = False) -> list[Device]:
+    """Planes are decoded one at a time (by name, without decoding the others) and let go.
+    ``packed``: each device's events are packed (:meth:`DeviceEvents.pack`) once collected."""
     with gc_paused():
-        return _collect_devices(space)
+        return _collect_devices(space, packed)
 
 
-def _collect_devices(space: XSpaceFile) -> list[Device]:
+def _collect_devices(space: XSpaceFile, packed: bool) -> list[Device]:
     devices: list[Device] = []
     for index, name in enumerate(space.plane_names):
         m = _DEVICE_PLANE_RE.match(name)
@@ -241,10 +308,15 @@ def _collect_devices(space: XSpaceFile) -> list[Device]:
         else:
             devices.append(_gpu_device(view, int(m.group(2))))
         space.release(index)
+        if packed:
+            devices[-1].events.pack()
     if not devices:
         for index, name in enumerate(space.plane_names):
             if name == "/host:CPU":
                 devices.extend(_cpu_devices(space.plane(index)))
+                if packed:
+                    for dev in devices:
+                        dev.events.pack()
     devices.sort(key=lambda d: (d.kind, d.ordinal))
     return devices
 

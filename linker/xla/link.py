@@ -57,7 +57,7 @@ def load_each(job: RankJob) -> TraceStream:
     path = job.files["xspace"]
     space = read_xspace(path)
     modules = _modules(space, job, path)
-    devices = collect_devices(space)
+    devices = collect_devices(space, packed=True)  # each unpacked for its turn
     if not devices:
         raise TraceFormatError(path, "planes", "a /device:TPU:<n> or /device:GPU:<n> plane, or "
                                "/host:CPU events with hlo_op stats (XLA CPU backend)")
@@ -83,6 +83,7 @@ def load_each(job: RankJob) -> TraceStream:
     def linked() -> Iterator[LinkedTrace]:
         with gc_paused():
             for k, dev in enumerate(devices):
+                dev.events.unpack()
                 trace = _DeviceLinker(dev, modules, path, ids[dev.ordinal]).link()
                 dev.events = DeviceEvents()  # its ops hold what is needed now: the columns can go
                 _number_groups(trace, group_ids)
@@ -111,6 +112,7 @@ def _group_ids(devices: list[Device], modules: dict[str, hlo.HloModule], path: P
     for dev in devices:
         probe = _DeviceLinker(dev, modules, path, ids[dev.ordinal])
         events = dev.events
+        events.unpack()
         # TPU instruction texts build modules as they are met: meet them in linking order
         order = events.linking_order() if events.detail is not None else range(len(events))
         detail = events.detail if events.detail is not None else bytes(len(events))
@@ -124,6 +126,7 @@ def _group_ids(devices: list[Device], modules: dict[str, hlo.HloModule], path: P
             group = probe.group_of(events.event(i))
             if group is not None:
                 groups.add(group)
+        events.pack()
     return {g: i for i, g in enumerate(sorted(groups), start=1)}
 
 
@@ -187,7 +190,7 @@ def _host_launches(space, devices: list[Device]) -> _HostLaunches | None:
         return None
     owner: dict[int, int] = {}  # correlation id -> index of the last device carrying it
     for k, dev in enumerate(devices):
-        column = dev.events.correlation
+        column = dev.events.column("correlation")
         if type(column) is list:
             owner.update((c, k) for c in column if c is not None)
         else:

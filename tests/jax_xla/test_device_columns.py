@@ -90,3 +90,42 @@ def test_columns_widen_without_losing_earlier_events() -> None:
     got = [(e.name, e.start_ps, e.dur_ps, e.correlation) for e in map(events.event, range(3))]
     assert got == [("a", 5, 1, None), ("b", 1 << 70, 2, 9), ("c", 6, 3, None)]
     assert events.linking_order() == [0, 2, 1]
+
+
+def _columns(events: DeviceEvents) -> list:
+    return [getattr(events, name) for name in ("start_ps", "dur_ps", "correlation", "name",
+                                               "module_key", "lane", "detail", "copy",
+                                               "transfer", "exec_key", "strings", "details")]
+
+
+@pytest.mark.parametrize("profile", [GPU, TPU])
+def test_packed_columns_come_back_the_same(corpus: Path, profile: str) -> None:
+    """A device waiting its turn keeps its columns compressed (linker/xla/link.py): they come
+    back the same, exec keys the same objects for every event of a run."""
+    plain = collect_devices(xspace.read_xspace(corpus / profile))
+    packed = collect_devices(xspace.read_xspace(corpus / profile), packed=True)
+    assert len(packed) == len(plain)
+    for a, b in zip(plain, packed):
+        events = b.events
+        assert len(events) == len(a.events) > 0 and events.start_ps is None  # packed
+        assert events.column("correlation") == a.events.correlation
+        with pytest.raises(TypeError):
+            events.event(0)  # nothing to read until unpacked
+        for _ in range(2):  # packing again only lets the columns go
+            events.unpack()
+            assert _columns(events) == _columns(a.events)
+            events.pack()
+            assert events.start_ps is None and len(events) == len(a.events)
+        events.unpack()
+        keys = [k for k in events.exec_key if k is not None]
+        assert len({id(k) for k in keys}) == len(set(keys))  # one object per run, as read
+
+
+def test_widened_columns_are_not_packed() -> None:
+    events = DeviceEvents()
+    lane = events.intern("lane")
+    events.add(events.intern("a"), 0, 1 << 70, 2, lane)
+    events.pack()
+    assert events.start_ps == [1 << 70] and events.column("start_ps") == [1 << 70]
+    events.unpack()
+    assert events.event(0).start_ps == 1 << 70
