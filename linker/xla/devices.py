@@ -47,6 +47,13 @@ _VARINT_HIGH_BITS = [0, 0x80, 0x8080, 0x808080, 0x80808080]
 _VARINT_MORE_BITS = [0, 0, 0x80, 0x8080, 0x808080]
 
 
+def _unpacked(packed: tuple[str, bytes]) -> array:
+    """A column from its (typecode, compressed bytes)."""
+    column = array(packed[0])
+    column.frombytes(zlib.decompress(packed[1]))
+    return column
+
+
 class _PackedLength:
     """What DeviceEvents.exec_key holds while packed: its length, and nothing to index."""
 
@@ -140,21 +147,16 @@ class DeviceEvents:
         """The columns back from :meth:`pack` (nothing to do if they are here)."""
         if self._packed is None or type(self.exec_key) is not _PackedLength:
             return
-        for name, (typecode, blob) in self._packed.items():
+        for name, packed in self._packed.items():
             if name == "exec_key":
-                self.exec_key = marshal.loads(zlib.decompress(blob))
+                self.exec_key = marshal.loads(zlib.decompress(packed[1]))
             else:
-                column = array(typecode)
-                column.frombytes(zlib.decompress(blob))
-                setattr(self, name, column)
+                setattr(self, name, _unpacked(packed))
 
     def column(self, name: str) -> array | list:
         """One column, decompressed alone if the events are packed."""
         if self._packed is not None and type(self.exec_key) is _PackedLength:
-            typecode, blob = self._packed[name]
-            column = array(typecode)
-            column.frombytes(zlib.decompress(blob))
-            return column
+            return _unpacked(self._packed[name])
         return getattr(self, name)
 
     def intern(self, text: str) -> int:
