@@ -145,11 +145,15 @@ def _resolve_edges(trace: LinkedTrace, kept: dict[int, Op], all_kept: bool = Fal
     ``all_kept``: ``kept`` holds every op of the trace, so it serves as the set of known uids
     too. ``consume``: the trace's edges are let go as they are read (the trace is emptied)."""
     known = kept if all_kept else {op.uid for op in trace.ops}
-    incoming: dict[int, dict[int, EdgeKind]] = {}
+    # The edge map: node -> its sources. Most nodes have one, held with its edge's kind in one
+    # int (see _one_source); a dict {source: kind} from a second source on. A dict each took
+    # most of a large XLA device's conversion memory (docs/performance.md).
+    incoming: dict[int, object] = {}
     edges = trace.edges
     stats = {"edges_in": len(edges), "edges_missing_end": 0, "edges_self": 0, "edges_against_time": 0}
     if consume:
         trace.edges = []
+    has_parent = False
     for i, edge in enumerate(edges):
         if consume:
             edges[i] = None  # the edge map replaces it
@@ -159,31 +163,60 @@ def _resolve_edges(trace: LinkedTrace, kept: dict[int, Op], all_kept: bool = Fal
         elif src == dst:
             stats["edges_self"] += 1
         else:
+            kind = edge.kind
+            if kind == _PARENT:
+                has_parent = True
             slot = incoming.get(dst)
             if slot is None:
-                slot = incoming[dst] = {}
-            # DATA wins over order edges between the same pair: it says more.
-            if slot.get(src) != _DATA:
-                slot[src] = edge.kind
-    _start_with_parents(incoming)
-    if len(kept) < len(known):
-        _bypass_dropped(incoming, kept)
-    if not _in_time_order(incoming, kept) and _has_cycle(incoming, kept):
-        stats["edges_against_time"] = _drop_edges_against_time(incoming, kept)
+                incoming[dst] = _one_source(src, kind) if src >= 0 else {src: kind}
+            elif type(slot) is int:
+                first = slot >> 3
+                if first != src:
+                    incoming[dst] = {first: slot & 7, src: kind}
+                elif slot & 7 != _DATA:  # DATA wins over order edges between the same pair
+                    incoming[dst] = _one_source(src, kind)
+            elif slot.get(src) != _DATA:
+                slot[src] = kind
+    if has_parent or len(kept) < len(known):
+        _as_dicts(incoming)
+        if has_parent:
+            _start_with_parents(incoming)
+        if len(kept) < len(known):
+            _bypass_dropped(incoming, kept)
+    if not _in_time_order(incoming, kept):
+        _as_dicts(incoming)
         if _has_cycle(incoming, kept):
-            raise ValueError(f"rank {trace.rank}: the linked trace's dependencies form a cycle "
-                             "even in time order (a linker bug)")
+            stats["edges_against_time"] = _drop_edges_against_time(incoming, kept)
+            if _has_cycle(incoming, kept):
+                raise ValueError(f"rank {trace.rank}: the linked trace's dependencies form a "
+                                 "cycle even in time order (a linker bug)")
     deps: dict[int, tuple[list, list]] = {}
     edges_out = 0
     while incoming:  # popped, so that the edge map shrinks as the lists grow
         dst, sources = incoming.popitem()
         if dst in kept:
+            if type(sources) is int:
+                deps[dst] = ([sources >> 3], []) if sources & 7 == _DATA else ([], [sources >> 3])
+                edges_out += 1
+                continue
             data = [s for s, k in sources.items() if k == _DATA]
             ctrl = [s for s, k in sources.items() if k != _DATA]
             deps[dst] = (data, ctrl)
             edges_out += len(data) + len(ctrl)
     stats["edges_out"] = edges_out
     return deps, stats
+
+
+def _one_source(src: int, kind: int) -> int:
+    """A node's one source (a uid >= 0) and its edge's kind (an EdgeKind, below 8) as one int."""
+    return src << 3 | kind
+
+
+def _as_dicts(incoming: dict[int, object]) -> None:
+    """Every entry of the edge map as a dict {source: kind}, as the rarer passes read it."""
+    for dst, slot in incoming.items():
+        if type(slot) is int:
+            incoming[dst] = {slot >> 3: slot & 7}
 
 
 def _start_with_parents(incoming: dict[int, dict[int, EdgeKind]]) -> None:
@@ -259,7 +292,7 @@ def _kept_sources(uid: int, stack: set[int], incoming: dict[int, dict[int, EdgeK
     return out
 
 
-def _in_time_order(incoming: dict[int, dict[int, EdgeKind]], kept: dict[int, Op]) -> bool:
+def _in_time_order(incoming: dict[int, object], kept: dict[int, Op]) -> bool:
     """Whether every kept edge runs from an earlier (start, uid) to a later one, which rules a
     cycle out in one pass (the usual case; else _has_cycle decides)."""
     for dst, sources in incoming.items():
@@ -269,6 +302,8 @@ def _in_time_order(incoming: dict[int, dict[int, EdgeKind]], kept: dict[int, Op]
         dst_start = dst_op.start_ps
         if dst_start is None:
             return False
+        if type(sources) is int:  # one source (see _resolve_edges)
+            sources = (sources >> 3,)
         for src in sources:
             src_op = kept.get(src)
             if src_op is None:
