@@ -33,6 +33,7 @@ cdef class NodeEncoder:
                object data_deps, object start_micros, object duration_micros)
     @cython.locals(value_bytes=bytes, shape_bytes=bytes, type_bytes=bytes, size=Py_ssize_t)
     cpdef io(self, bytearray buf, bint inputs, object values, object shapes, object types)
+    @cython.locals(fields=dict, oneofs=dict)
     cpdef attr(self, bytearray buf, str name, object value)
     cpdef int_attr(self, bytearray buf, str name, object value, str oneof=*)
     cpdef timing(self, bytearray buf, str unit, object start, object duration)

@@ -200,9 +200,9 @@ class NodeEncoder:
 
     def __init__(self) -> None:
         self._names: dict[tuple[str, int], bytes] = {}
-        self._attrs: dict[tuple, bytes] = {}  # (name, str or bool value) -> the whole attr field
+        self._attrs: dict[str, dict] = {}  # name -> str or bool value -> the whole attr field
         self._int_heads: dict[tuple[str, str], bytes] = {}  # (name, oneof) -> name + value key
-        self._oneofs: dict[tuple[str, type], str] = {}
+        self._oneofs: dict[str, dict[type, str]] = {}  # name -> value type -> oneof
 
     def name(self, name: str, node_type: int = 0) -> bytes:
         """The Node ``name`` and ``type`` fields (2 and 3), for :meth:`head`."""
@@ -259,16 +259,22 @@ class NodeEncoder:
             return
         kind = type(value)
         if kind is str or kind is bool:
-            # The whole field, by (name, value): no str equals a bool, so the key says which.
-            field = self._attrs.get((name, value))
+            # The whole field, by name then value (no str equals a bool); two lookups cost
+            # less than making and hashing a (name, value) key, once per attribute written.
+            fields = self._attrs.get(name)
+            if fields is None:
+                fields = self._attrs[name] = {}
+            field = fields.get(value)
             if field is None:
-                field = self._attrs[(name, value)] = _length_delimited(
-                    _ATTR, encode_attr(name, value))
+                field = fields[value] = _length_delimited(_ATTR, encode_attr(name, value))
             buf += field
             return
-        oneof = self._oneofs.get((name, kind))
+        oneofs = self._oneofs.get(name)
+        if oneofs is None:
+            oneofs = self._oneofs[name] = {}
+        oneof = oneofs.get(kind)
         if oneof is None:
-            oneof = self._oneofs[(name, kind)] = oneof_for(name, value)
+            oneof = oneofs[kind] = oneof_for(name, value)
         if kind is int and oneof in ("int64_val", "uint64_val"):
             self.int_attr(buf, name, value, oneof)  # type: ignore[arg-type]
         else:
