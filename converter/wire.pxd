@@ -15,8 +15,8 @@ cpdef int _varint_size(unsigned long long value)
 
 
 @cython.locals(size=Py_ssize_t)
-cpdef _put_packed(bytearray buf, bytes key, object values)
-cpdef _put_bytes(bytearray buf, bytes key, bytes data)
+cpdef _put_packed(bytearray buf, int key, object values)
+cpdef _put_bytes(bytearray buf, int key, bytes data)
 cpdef _put_int_field(bytearray buf, bytes head, object bits)
 cpdef bytes _signed_varint(object value, object low, object high, str oneof)
 cpdef bytes _length_delimited(bytes key, bytes body)
