@@ -24,3 +24,7 @@ cpdef object _set_std_attrs(EtNode node, list attr_list)
 
 @cython.locals(node=EtNode, parent=EtNode, nodes=list, by_id=dict, roots=set)
 cpdef object read_host_et(object path)
+
+
+@cython.locals(node=EtNode, seen=set, stack=list)
+cpdef object _check_tree(list nodes, set roots, object get, object path)

@@ -358,10 +358,11 @@ def _check_tree(nodes: list[EtNode], roots: set[int], get: Callable, path: Path)
     silently (the 19.6 s op of a100_simple_add, with the span). Refused in one line."""
     previous = None
     for node in nodes:  # sorted by id
-        for name, value in (("ctrl_deps", node.parent), ("tid", node.tid)):
-            if value is not None and (type(value) is not int):
-                raise TraceFormatError(path, f"node {node.id} ({str(node.name)[:60]!r})",
-                                       f"{name}: a number, got {json_kind(value)}")
+        parent, tid = node.parent, node.tid
+        if parent is not None and type(parent) is not int:
+            _refuse_number(path, node, "ctrl_deps", parent)
+        if tid is not None and type(tid) is not int:
+            _refuse_number(path, node, "tid", tid)
         if not 0 <= node.id < 1 << 63:  # a Chakra node id is a uint64, ours int64 attributes
             raise TraceFormatError(path, f"node {str(node.id)[:30]} ({str(node.name)[:60]!r})",
                                    "id: an integer from 0 to 2^63")
@@ -394,6 +395,11 @@ def _check_tree(nodes: list[EtNode], roots: set[int], get: Callable, path: Path)
         else:
             expected = f"a chain of parents that reaches a thread root (parent {node.parent} loops)"
         raise TraceFormatError(path, f"node {node.id} ({node.name[:60]!r})", expected)
+
+
+def _refuse_number(path: Path, node: EtNode, name: str, value: object) -> None:
+    raise TraceFormatError(path, f"node {node.id} ({str(node.name)[:60]!r})",
+                           f"{name}: a number, got {json_kind(value)}")
 
 
 def tensor_bytes(value: object) -> int:
