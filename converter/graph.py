@@ -22,7 +22,7 @@ from chakra_hooks.linker.model import PS_PER_US, EdgeKind, LinkedTrace, Op, OpKi
 
 from .dag import unfinished_nodes
 from .etio import decode_bodies
-from .schema import NODE_TYPE_NAMES
+from .schema import COMM_COLL, COMM_RECV, COMM_SEND, COMP, MEM_LOAD, MEM_STORE, METADATA
 from .summary import UNKNOWN_ATTRS, Tally
 from .targets import Target, parse_target, rules
 from .wire import NodeEncoder, encode_metadata
@@ -37,13 +37,13 @@ _DATA, _HOST_ORDER, _PARENT = EdgeKind.DATA, EdgeKind.HOST_ORDER, EdgeKind.PAREN
 _COLLECTIVE = OpKind.COLLECTIVE
 
 _NODE_TYPE = {
-    OpKind.COMPUTE: NODE_TYPE_NAMES.index("COMP_NODE"),
-    OpKind.COLLECTIVE: NODE_TYPE_NAMES.index("COMM_COLL_NODE"),
-    OpKind.SEND: NODE_TYPE_NAMES.index("COMM_SEND_NODE"),
-    OpKind.RECV: NODE_TYPE_NAMES.index("COMM_RECV_NODE"),
-    OpKind.MEM_LOAD: NODE_TYPE_NAMES.index("MEM_LOAD_NODE"),
-    OpKind.MEM_STORE: NODE_TYPE_NAMES.index("MEM_STORE_NODE"),
-    OpKind.METADATA: NODE_TYPE_NAMES.index("METADATA_NODE"),
+    OpKind.COMPUTE: COMP,
+    OpKind.COLLECTIVE: COMM_COLL,
+    OpKind.SEND: COMM_SEND,
+    OpKind.RECV: COMM_RECV,
+    OpKind.MEM_LOAD: MEM_LOAD,
+    OpKind.MEM_STORE: MEM_STORE,
+    OpKind.METADATA: METADATA,
 }
 _COMM_KINDS = frozenset({OpKind.COLLECTIVE, OpKind.SEND, OpKind.RECV})
 

@@ -167,7 +167,7 @@ def _list_field(oneof: str, values: object) -> bytes | None:
         body = _length_delimited(_LIST_VALUES, bytes(values))  # type: ignore[arg-type]
     else:
         body = _length_delimited(_LIST_VALUES, b"".join(
-            encode_varint(item + _U64 if item < 0 else item) for item in values))  # type: ignore[attr-defined]
+            _int_value(item, "int64_val") for item in values))  # type: ignore[attr-defined]
     return _length_delimited(key, body)
 
 

@@ -143,9 +143,14 @@ class DeviceEvents:
             setattr(self, name, None)
         self.exec_key = length  # type: ignore[assignment]
 
+    @property
+    def packed(self) -> bool:
+        """Whether the columns are compressed now (:meth:`pack`), not readable."""
+        return type(self.exec_key) is _PackedLength
+
     def unpack(self) -> None:
         """The columns back from :meth:`pack` (nothing to do if they are here)."""
-        if self._packed is None or type(self.exec_key) is not _PackedLength:
+        if not self.packed:
             return
         for name, packed in self._packed.items():
             if name == "exec_key":
@@ -155,7 +160,7 @@ class DeviceEvents:
 
     def column(self, name: str) -> array | list:
         """One column, decompressed alone if the events are packed."""
-        if self._packed is not None and type(self.exec_key) is _PackedLength:
+        if self.packed:
             return _unpacked(self._packed[name])
         return getattr(self, name)
 
