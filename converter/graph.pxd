@@ -12,7 +12,7 @@ cpdef object round_us(object ps)
 cpdef bytes _make_node(Op op, object deps, str exact_unit, NodeEncoder enc, Tally tally)
 
 
-@cython.locals(incoming=dict, stats=dict, deps=dict, edges=list, data=list, ctrl=list,
+@cython.locals(incoming=dict, stats=dict, edges=list, data=list, ctrl=list,
                edges_out=Py_ssize_t, i=Py_ssize_t, edge=Edge)
 cpdef tuple _resolve_edges(object trace, dict kept, bint all_kept=*, bint consume=*)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Union
 
 from chakra_hooks import __version__
 from chakra_hooks.common.errors import TraceFormatError
@@ -46,6 +46,11 @@ _NODE_TYPE = {
     OpKind.METADATA: METADATA,
 }
 _COMM_KINDS = frozenset({OpKind.COLLECTIVE, OpKind.SEND, OpKind.RECV})
+
+Deps = Union[int, tuple[Sequence, Sequence]]
+"""A node's dependencies: its one source as ``source << 3 | kind`` (_one_source), else
+(data_deps, ctrl_deps)."""
+
 
 @dataclass
 class ChakraGraph:
@@ -139,8 +144,8 @@ def _whole_ns(op: Op) -> bool:
 
 
 def _resolve_edges(trace: LinkedTrace, kept: dict[int, Op], all_kept: bool = False,
-                   consume: bool = False) -> tuple[dict[int, tuple[Sequence, Sequence]], dict]:
-    """Per node (data_deps, ctrl_deps): dropped ops bypassed, invalid edges removed, no cycles.
+                   consume: bool = False) -> tuple[dict[int, Deps], dict]:
+    """Per node its dependencies (Deps), dropped ops bypassed, invalid edges removed, no cycles.
 
     ``all_kept``: ``kept`` holds every op of the trace, so it serves as the set of known uids
     too. ``consume``: the trace's edges are let go as they are read (the trace is emptied)."""
@@ -190,22 +195,23 @@ def _resolve_edges(trace: LinkedTrace, kept: dict[int, Op], all_kept: bool = Fal
             if _has_cycle(incoming, kept):
                 raise ValueError(f"rank {trace.rank}: the linked trace's dependencies form a "
                                  "cycle even in time order (a linker bug)")
-    deps: dict[int, tuple[Sequence, Sequence]] = {}
+    # The edge map becomes the dependencies in place (a second map beside it would double
+    # what a large device's conversion holds): a node's one source stays one int, which
+    # _make_node reads as such, and a dict of sources becomes (data_deps, ctrl_deps).
+    if len(kept) < len(known):
+        for dst in [dst for dst in incoming if dst not in kept]:
+            del incoming[dst]
     edges_out = 0
-    while incoming:  # popped, so that the edge map shrinks as the lists grow
-        dst, sources = incoming.popitem()
-        if dst in kept:
-            if type(sources) is int:
-                # (tuples: half the memory of two lists, and _make_node only reads them)
-                deps[dst] = ((sources >> 3,), ()) if sources & 7 == _DATA else ((), (sources >> 3,))
-                edges_out += 1
-                continue
-            data = [s for s, k in sources.items() if k == _DATA]
-            ctrl = [s for s, k in sources.items() if k != _DATA]
-            deps[dst] = (data, ctrl)
-            edges_out += len(data) + len(ctrl)
+    for dst, sources in incoming.items():
+        if type(sources) is int:
+            edges_out += 1
+            continue
+        data = [s for s, k in sources.items() if k == _DATA]
+        ctrl = [s for s, k in sources.items() if k != _DATA]
+        incoming[dst] = (data, ctrl)
+        edges_out += len(data) + len(ctrl)
     stats["edges_out"] = edges_out
-    return deps, stats
+    return incoming, stats
 
 
 def _one_source(src: int, kind: int) -> int:
@@ -335,10 +341,16 @@ def _drop_edges_against_time(incoming: dict[int, dict[int, EdgeKind]], kept: dic
     return dropped
 
 
-def _make_node(op: Op, deps: tuple[Sequence, Sequence] | None, exact_unit: str, enc: NodeEncoder,
-               tally: Tally) -> bytes:
+def _make_node(op: Op, deps: Deps | None, exact_unit: str, enc: NodeEncoder, tally: Tally
+               ) -> bytes:
     """One Chakra node, serialised (converter/wire.py) and counted. Runs once per node."""
-    data, ctrl = deps if deps else ((), ())
+    if deps is None:
+        data, ctrl = (), ()
+    elif type(deps) is int:  # one source (see _resolve_edges)
+        one = (deps >> 3,)
+        data, ctrl = (one, ()) if deps & 7 == _DATA else ((), one)
+    else:
+        data, ctrl = deps
     start_ps, dur_ps = op.start_ps, op.dur_ps
     kind = op.kind
     node_type = _NODE_TYPE[kind]

@@ -5,9 +5,14 @@ cimport cython
 from chakra_hooks.linker.model cimport Edge, Op
 
 
-@cython.locals(op=Op, gap=Op, e=Edge, timed=list, ends=dict, released=dict, members=list,
-               new_ops=list, new_edges=list, added=Py_ssize_t)
+@cython.locals(op=Op, gap=Op, e=Edge, ops=list, n=Py_ssize_t, i=Py_ssize_t, ends=list,
+               place_of=dict, released_end=list, released_by=list, groups=dict, unusual=dict,
+               members=list, new_ops=list, new_edges=list, added=Py_ssize_t)
 cpdef object add_gaps(object trace, object per_resource=*, object replay_dur=*)
+
+
+@cython.locals(a=Op, b=Op, i=Py_ssize_t)
+cpdef bint _in_start_order(list ops) except -1
 
 
 # _measured stays a Python function: it is passed around as a value (a cpdef function's C

@@ -33,7 +33,6 @@ dependencies.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable
 
 from chakra_hooks.linker.model import Edge, EdgeKind, LinkedTrace, Op, OpKind
@@ -56,59 +55,89 @@ def add_gaps(trace: LinkedTrace, per_resource: bool = False,
     ``replay_dur`` gives the duration a consumer will replay an op for, where it differs from
     the measured one (ASTRA-sim runs some nodes in zero time): a dependency's end is taken
     from it, so the slack a consumer sees is the slack it gets."""
-    timed = []
+    ops = trace.ops
+    n = len(ops)
+    # What is worked out per op is held in lists by the op's place in ``trace.ops``, not in
+    # dicts keyed by uid (tuples as values): this runs on a whole device's ops at once, and on
+    # a large XLA profile those dicts were its conversion's peak memory (docs/performance.md).
+    ends = [None] * n  # the op's end as replayed; None: the op has no time
+    dur = replay_dur or _measured
     next_uid = 0
     window_start = None
-    for op in trace.ops:  # (plain loops: the compiled build types `op`, and has no closures)
-        if op.uid >= next_uid:
-            next_uid = op.uid + 1
+    in_place = True  # every op's uid is its place (both linkers number their ops so)
+    # (plain loops: the compiled build types `op`, and has no closures)
+    for i, op in enumerate(ops):
+        uid = op.uid
+        if uid >= next_uid:
+            next_uid = uid + 1
+        if uid != i:
+            in_place = False
         if op.start_ps is not None and op.dur_ps is not None:
-            timed.append(op)
+            ends[i] = op.start_ps + (op.dur_ps if replay_dur is None else replay_dur(op))
             if window_start is None or op.start_ps < window_start:
                 window_start = op.start_ps
-    if not timed:
+    if window_start is None:
         trace.stats["gaps"] = 0
         return 0
-    ends = {}
-    if replay_dur is None:
-        for op in timed:
-            ends[op.uid] = op.start_ps + op.dur_ps
-    else:
-        for op in timed:
-            ends[op.uid] = op.start_ps + replay_dur(op)
-    dur = replay_dur or _measured
-    # Per op, the dependency that ended last: (its end, its uid). PARENT edges say where an op
-    # started, not what it waited for.
-    released: dict[int, tuple[int, int]] = {}
+    place_of = None if in_place else {op.uid: i for i, op in enumerate(ops)}
+    # Per op, the dependency that ended last: its end and its uid. PARENT edges say where an
+    # op started, not what it waited for.
+    released_end = [None] * n
+    released_by = [None] * n
     parent, order = _PARENT, _HOST_ORDER
     for e in trace.edges:
-        if e.kind != parent:
-            end = ends.get(e.src)
+        if e.kind == parent:
+            continue
+        src, dst = e.src, e.dst
+        if place_of is None:
+            at_src, at_dst = src, dst
+        else:
+            at_src, at_dst = place_of.get(src, -1), place_of.get(dst, -1)
+        if 0 <= at_src < n and 0 <= at_dst < n:
+            end = ends[at_src]
             if end is not None:
-                known = released.get(e.dst)
-                if known is None or end > known[0]:
-                    released[e.dst] = (end, e.src)
+                known = released_end[at_dst]
+                if known is None or end > known:
+                    released_end[at_dst] = end
+                    released_by[at_dst] = src
     compute_lanes = set()
     if per_resource:
-        for op in timed:
-            if op.on_device and op.kind == _COMPUTE and dur(op):
+        for i, op in enumerate(ops):
+            if ends[i] is not None and op.on_device and op.kind == _COMPUTE and dur(op):
                 compute_lanes.add(op.lane)
-    groups: dict[str, list[tuple[Op, str, bool]]] = defaultdict(list)
-    for op in timed:
+    # Each group's ops, and where an op's gap lane is not its own lane or the op does not
+    # occupy its group (host-side and per-resource collectives, a few): uid -> (lane, occupies).
+    groups: dict[str, list[Op]] = {}
+    unusual: dict[int, tuple[str, bool]] = {}
+    for i, op in enumerate(ops):
+        if ends[i] is None:
+            continue
         place = _placement(op, per_resource, dur, compute_lanes)
         if place is not None:
             key, lane, occupies = place
-            groups[key].append((op, lane, occupies))
+            members = groups.get(key)
+            if members is None:
+                members = groups[key] = []
+            members.append(op)
+            if lane is not op.lane or not occupies:
+                unusual[op.uid] = (lane, occupies)
     added = gap_ps = 0
     new_ops, new_edges = trace.ops, trace.edges
     for members in groups.values():
-        members.sort(key=_START_UID)
+        if not _in_start_order(members):
+            members.sort(key=_START_UID)
         reach, before = window_start, -1  # the lane's (resource's) latest end, and whose
-        for op, lane, occupies in members:
-            ready, released_by = reach, before
-            latest = released.get(op.uid)
-            if latest is not None and latest[0] > ready:
-                ready, released_by = latest
+        for op in members:
+            lane, occupies = op.lane, True
+            if unusual:
+                found = unusual.get(op.uid)
+                if found is not None:
+                    lane, occupies = found
+            at = op.uid if place_of is None else place_of[op.uid]
+            ready, released_from = reach, before
+            latest = released_end[at]
+            if latest is not None and latest > ready:
+                ready, released_from = latest, released_by[at]
             slack = op.start_ps - ready
             on_device = op.on_device and occupies
             if slack >= (MIN_DEVICE_GAP_PS if on_device else MIN_GAP_PS):
@@ -116,15 +145,15 @@ def add_gaps(trace: LinkedTrace, per_resource: bool = False,
                 gap.attrs["gap_ns"] = slack // 1000
                 next_uid += 1
                 new_ops.append(gap)
-                if released_by >= 0:
-                    new_edges.append(Edge(released_by, gap.uid, order))
-                if before >= 0 and before != released_by:
+                if released_from >= 0:
+                    new_edges.append(Edge(released_from, gap.uid, order))
+                if before >= 0 and before != released_from:
                     new_edges.append(Edge(before, gap.uid, order))
                 new_edges.append(Edge(gap.uid, op.uid, order))
                 added += 1
                 gap_ps += slack
             if occupies:
-                end = ends[op.uid]
+                end = ends[at]
                 if end >= reach:
                     reach, before = end, op.uid
     trace.stats["gaps"] = added
@@ -132,8 +161,18 @@ def add_gaps(trace: LinkedTrace, per_resource: bool = False,
     return added
 
 
-def _START_UID(member: tuple) -> tuple[int, int]:  # noqa: N802 (a sort key)
-    return member[0].start_ps, member[0].uid
+def _in_start_order(ops: list[Op]) -> bool:
+    """Whether ``ops`` are sorted by (start, uid) already (on a lane they mostly are: the sort
+    would make a key tuple per op only to leave them where they were)."""
+    for i in range(1, len(ops)):
+        a, b = ops[i - 1], ops[i]
+        if a.start_ps > b.start_ps or (a.start_ps == b.start_ps and a.uid > b.uid):
+            return False
+    return True
+
+
+def _START_UID(op: Op) -> tuple[int, int]:  # noqa: N802 (a sort key)
+    return op.start_ps, op.uid
 
 
 def _measured(op: Op) -> int:
