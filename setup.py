@@ -10,7 +10,8 @@ the hottest helpers and classes to Cython (direct C calls instead of Python call
 nothing to Python. If any module fails to compile (no compiler, say), none is compiled and the
 install is pure Python (a warning in pip's log, never a failed install).
 
-``CHAKRA_HOOKS_PURE_PYTHON=1`` (or ``CHAKRA_HOOKS_COMPILE=0``) at install time skips compiling,
+``CHAKRA_HOOKS_PURE_PYTHON=1`` (or ``CHAKRA_HOOKS_COMPILE=0``; 1 / true / yes / on and
+0 / false / no / off alike) at install time skips compiling,
 and ``CHAKRA_HOOKS_PURE_PYTHON=1`` at run time runs the sources even where compiled copies
 exist. In an editable install, a module edited after the install is imported from its source,
 not from the stale compiled copy (chakra_hooks/_compiled.py), until ``pip install -e .`` runs
@@ -32,6 +33,7 @@ HERE = Path(__file__).resolve().parent
 # module's source instead); read without importing the package, which is not installed yet.
 _LISTING = runpy.run_path(str(HERE / "chakra_hooks" / "_compiled.py"))
 COMPILED, PURE_ENV = _LISTING["COMPILED"], _LISTING["PURE_ENV"]
+switched_on, switched_off = _LISTING["switched_on"], _LISTING["switched_off"]
 COMPILE_ENV = "CHAKRA_HOOKS_COMPILE"
 
 # Python semantics unchanged: annotations are documentation, not C types (a dict annotation
@@ -100,7 +102,7 @@ def stage_declarations() -> str:
 
 
 def compiled_extensions() -> list[Extension]:
-    if os.environ.get(PURE_ENV) or os.environ.get(COMPILE_ENV) == "0":
+    if switched_on(PURE_ENV) or switched_off(COMPILE_ENV):
         return []
     try:
         from Cython.Build import cythonize

@@ -48,6 +48,19 @@ COMPILED = (
 )
 PURE_ENV = "CHAKRA_HOOKS_PURE_PYTHON"
 _NAMES = frozenset(name for name, _ in COMPILED)
+_NO = frozenset(("0", "false", "no", "off"))
+
+
+def switched_on(name: str) -> bool:
+    """Whether the environment variable ``name`` says yes: set to anything but nothing or a
+    no (0, false, no, off). ``CHAKRA_HOOKS_PURE_PYTHON=0`` means compiled, as one reads it."""
+    value = os.environ.get(name, "").strip().lower()
+    return bool(value) and value not in _NO
+
+
+def switched_off(name: str) -> bool:
+    """Whether the environment variable ``name`` says no (0, false, no, off)."""
+    return os.environ.get(name, "").strip().lower() in _NO
 
 
 def is_compiled(module: object) -> bool:
@@ -78,7 +91,7 @@ class _SourceWhenStale:
         source = compiled.with_name(name.rpartition(".")[2] + ".py")
         if not source.is_file():
             return None
-        if not os.environ.get(PURE_ENV):
+        if not switched_on(PURE_ENV):
             # Only a source checkout edits sources after compiling; an installed wheel's files
             # are all written at once and are never stale.
             # linker/model.py is chakra_hooks.linker.model, linker/xla/link.py ...xla.link.

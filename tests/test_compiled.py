@@ -28,14 +28,38 @@ def test_listed_sources_exist() -> None:
         assert name.rpartition(".")[2] == os.path.basename(source)[:-3]
 
 
-def test_pure_python_switch_runs_the_sources() -> None:
+def _compiled_count(pure: str | None) -> int:
+    """How many listed modules a fresh interpreter imports compiled, CHAKRA_HOOKS_PURE_PYTHON
+    set to ``pure`` (None: unset)."""
     code = ("import importlib; from chakra_hooks import _compiled; "
             "print(sum(_compiled.is_compiled(importlib.import_module(n)) "
             "for n, _ in _compiled.COMPILED))")
-    env = dict(os.environ, CHAKRA_HOOKS_PURE_PYTHON="1")
+    env = {k: v for k, v in os.environ.items() if k != _compiled.PURE_ENV}
+    if pure is not None:
+        env[_compiled.PURE_ENV] = pure
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True)
-    assert out.stdout.strip() == "0"
+    return int(out.stdout)
+
+
+def test_pure_python_switch_runs_the_sources() -> None:
+    assert _compiled_count("1") == 0
+    # A no is a no: "0" runs what an unset variable runs (compiled, where the build compiled).
+    assert _compiled_count("0") == _compiled_count(None)
+
+
+@pytest.mark.parametrize("value, on, off", [
+    ("1", True, False), ("yes", True, False), (" TRUE ", True, False), ("on", True, False),
+    ("0", False, True), ("false", False, True), ("No", False, True), ("off", False, True),
+    ("", False, False), (None, False, False),
+])
+def test_switches_read_yes_and_no(monkeypatch, value, on, off) -> None:
+    if value is None:
+        monkeypatch.delenv(_compiled.PURE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(_compiled.PURE_ENV, value)
+    assert _compiled.switched_on(_compiled.PURE_ENV) is on
+    assert _compiled.switched_off(_compiled.PURE_ENV) is off
 
 
 def test_compiled_and_pure_python_write_the_same_bytes(corpus, tmp_path) -> None:
