@@ -66,24 +66,26 @@ class _PackedLength:
         return self.length
 
 
-@dataclass(slots=True)
+@dataclass  # a C class when compiled (linker/xla/devices.pxd)
 class DeviceEvent:
     """One op execution on a device (a TPU op, a GPU kernel, a CPU thunk), as the linker reads
     it: made on demand from a device's columns (:meth:`DeviceEvents.event`)."""
 
+    __slots__ = ("name", "module_key", "start_ps", "dur_ps", "lane", "exec_key", "text", "flops",
+                 "bytes_accessed", "category", "transfer", "copy", "correlation")
     name: str  # HLO instruction name when known, else the event name
     module_key: str  # "<module name>(<program id>)", "" when unknown
     start_ps: int
     dur_ps: int
     lane: str
     exec_key: object  # identifies one run of the module (run id, module span index, ...)
-    text: str | None = None  # full instruction text (TPU event names)
-    flops: int | None = None
-    bytes_accessed: int | None = None
-    category: str | None = None
-    transfer: bool = False  # TPU async copy transfer span (Async XLA Ops)
-    copy: str | None = None  # GPU copy direction from its stream line: "load", "store", "device"
-    correlation: int | None = None  # GPU: the id of the host call that launched it
+    text: str | None  # full instruction text (TPU event names)
+    flops: int | None
+    bytes_accessed: int | None
+    category: str | None
+    transfer: bool  # TPU async copy transfer span (Async XLA Ops)
+    copy: str | None  # GPU copy direction from its stream line: "load", "store", "device"
+    correlation: int | None  # GPU: the id of the host call that launched it
 
 
 class DeviceEvents:

@@ -14,7 +14,7 @@ import bisect
 import heapq
 import zlib
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -314,15 +314,16 @@ def _device_ids(job: RankJob, devices: list[Device], path: Path) -> dict[int, in
 _EDGE_SLACK_PS = 1_000_000
 
 
-@dataclass(slots=True)
+@dataclass  # a C class when compiled (linker/xla/link.pxd)
 class _Placed:
     """The ops made from one device event (``index`` in the device's columns), and what the
     edges need to know about it."""
 
+    __slots__ = ("index", "uids", "module", "inst")  # one per event: no __dict__ each
     index: int
     uids: list[int]
-    module: hlo.HloModule | None = None
-    inst: hlo.Instruction | None = None
+    module: hlo.HloModule | None
+    inst: hlo.Instruction | None
 
 
 @dataclass(slots=True)
@@ -582,7 +583,16 @@ class _DeviceLinker:
         by_lane: dict[int, list[_Placed]] = {}
         for p in self.placed:
             by_lane.setdefault(lane[p.index], []).append(p)
+        edges, stream_order = self.trace.edges, EdgeKind.STREAM_ORDER
         for placed in by_lane.values():
+            if _one_at_a_time(placed, start_ps, dur_ps):
+                # The usual stream: what finished last before an op started is the op before
+                # it (ends follow starts), which the general walk below finds at a cost.
+                for k in range(1, len(placed)):
+                    for src in placed[k - 1].uids:
+                        for dst in placed[k].uids:
+                            edges.append(Edge(src, dst, stream_order))
+                continue
             running: list[tuple[int, int, int]] = []  # heap of (end, order, index)
             last: int | None = None
             for i, p in enumerate(placed):
@@ -598,8 +608,17 @@ class _DeviceLinker:
                 if last is not None:
                     for src in placed[last].uids:
                         for dst in p.uids:
-                            self.trace.edges.append(Edge(src, dst, EdgeKind.STREAM_ORDER))
+                            edges.append(Edge(src, dst, stream_order))
                 heapq.heappush(running, (start + dur_ps[p.index], i, i))
+
+
+def _one_at_a_time(placed: list[_Placed], start_ps: Sequence[int], dur_ps: Sequence[int]) -> bool:
+    """Whether each of a lane's ops (in start order) ended before the next one started."""
+    for k in range(1, len(placed)):
+        before, after = placed[k - 1], placed[k]
+        if start_ps[before.index] + dur_ps[before.index] > start_ps[after.index]:
+            return False
+    return True
 
 
 def _producers(module: hlo.HloModule, inst: hlo.Instruction, executed: set[str],

@@ -1,0 +1,12 @@
+# Declarations for the compiled build only (setup.py; the .py runs unchanged without them):
+# what the per-device linker makes per event as a C class (Cython turns its dataclass into a
+# C dataclass: a C __init__, fields read directly where a local is declared one).
+cimport cython
+
+
+cdef class _Placed:
+    cdef public object index, uids, module, inst
+
+
+@cython.locals(k=Py_ssize_t, before=_Placed, after=_Placed)
+cpdef bint _one_at_a_time(list placed, object start_ps, object dur_ps) except -1
