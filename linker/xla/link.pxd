@@ -2,6 +2,8 @@
 # what the per-device linker makes per event as a C class (Cython turns its dataclass into a
 # C dataclass: a C __init__, fields read directly where a local is declared one).
 cimport cython
+from chakra_hooks.linker.model cimport Op
+from chakra_hooks.linker.xla.devices cimport DeviceEvent
 
 
 cdef class _Placed:
@@ -10,3 +12,7 @@ cdef class _Placed:
 
 @cython.locals(k=Py_ssize_t, before=_Placed, after=_Placed)
 cpdef bint _one_at_a_time(list placed, object start_ps, object dur_ps) except -1
+
+
+@cython.locals(op=Op, attrs=dict)
+cpdef Op _new_op(list ops, DeviceEvent ev, object kind, str name=*)

@@ -385,42 +385,31 @@ class _DeviceLinker:
 
     # -- ops ------------------------------------------------------------------------------
 
-    def _new_op(self, ev: DeviceEvent, kind: OpKind, name: str | None = None) -> Op:
-        op = Op(uid=len(self.trace.ops), name=name or ev.name, kind=kind, on_device=True, lane=ev.lane,
-                start_ps=ev.start_ps, dur_ps=ev.dur_ps, flops=ev.flops, bytes=ev.bytes_accessed)
-        if ev.module_key:
-            op.attrs["hlo_module"] = ev.module_key
-        if ev.category:
-            op.attrs["hlo_category"] = ev.category
-        if ev.correlation is not None:
-            op.attrs["correlation"] = ev.correlation
-        self.trace.ops.append(op)
-        return op
-
     def _make_ops(self, ev: DeviceEvent, module: hlo.HloModule | None, inst: hlo.Instruction | None) -> list[int]:
+        ops = self.trace.ops
         if ev.copy in ("load", "store"):  # a GPU host<->device copy, whatever HLO asked for it
-            op = self._new_op(ev, OpKind.MEM_LOAD if ev.copy == "load" else OpKind.MEM_STORE)
+            op = _new_op(ops, ev, OpKind.MEM_LOAD if ev.copy == "load" else OpKind.MEM_STORE)
             if module is not None and inst is not None:
                 self._describe(op, module, inst)
             return [op.uid]
         if inst is None or module is None:
-            return [self._new_op(ev, OpKind.COMPUTE).uid]
+            return [_new_op(ops, ev, OpKind.COMPUTE).uid]
         if ev.transfer or (inst.opcode == "copy-start" and not self.has_transfers):
             direction = hlo.host_offload_direction(module, inst)
             if direction is not None:
-                op = self._new_op(ev, OpKind.MEM_LOAD if direction == "load" else OpKind.MEM_STORE,
-                                  f"{inst.name}:{'host_to_device' if direction == 'load' else 'device_to_host'}")
+                op = _new_op(ops, ev, OpKind.MEM_LOAD if direction == "load" else OpKind.MEM_STORE,
+                             f"{inst.name}:{'host_to_device' if direction == 'load' else 'device_to_host'}")
                 self._describe(op, module, inst)
                 op.bytes = module.operand_bytes(inst)
                 return [op.uid]
         coll = hlo.collective_of(module, inst)
         if coll is None:
-            op = self._new_op(ev, OpKind.COMPUTE)
+            op = _new_op(ops, ev, OpKind.COMPUTE)
             self._describe(op, module, inst)
             return [op.uid]
         if coll.kind == "collective-permute":
             return self._permute_ops(ev, module, inst, coll)
-        op = self._new_op(ev, OpKind.COLLECTIVE)
+        op = _new_op(ops, ev, OpKind.COLLECTIVE)
         op.comm = CommInfo(size_bytes=coll.size_bytes, comm_type=COMM_TYPES[coll.kind])
         group = _group_of(coll.replica_groups, self.device_id)
         if group is not None:
@@ -443,19 +432,19 @@ class _DeviceLinker:
     def _permute_ops(self, ev: DeviceEvent, module: hlo.HloModule, inst: hlo.Instruction,
                      coll: hlo.Collective) -> list[int]:
         """One SEND per target and one RECV per source this device has in the pairs."""
-        me = self.device_id
+        me, ops = self.device_id, self.trace.ops
         tag = self._tag(ev, inst)
         uids: list[int] = []
         for src, dst in coll.source_target_pairs:
             if me not in (src, dst) or src == dst:
                 continue
             kind = OpKind.SEND if src == me else OpKind.RECV
-            op = self._new_op(ev, kind, f"{inst.name}:{'send' if kind == OpKind.SEND else 'recv'}")
+            op = _new_op(ops, ev, kind, f"{inst.name}:{'send' if kind == OpKind.SEND else 'recv'}")
             op.comm = CommInfo(size_bytes=coll.size_bytes, src=src, dst=dst, tag=tag)
             self._describe(op, module, inst)
             uids.append(op.uid)
         if not uids:  # this device only takes part as a bystander
-            op = self._new_op(ev, OpKind.COMPUTE)
+            op = _new_op(ops, ev, OpKind.COMPUTE)
             self._describe(op, module, inst)
             uids.append(op.uid)
         return uids
@@ -610,6 +599,21 @@ class _DeviceLinker:
                         for dst in p.uids:
                             edges.append(Edge(src, dst, stream_order))
                 heapq.heappush(running, (start + dur_ps[p.index], i, i))
+
+
+def _new_op(ops: list[Op], ev: DeviceEvent, kind: OpKind, name: str | None = None) -> Op:
+    """The op of device event ``ev`` (one of them, for a permute), appended to ``ops``."""
+    op = Op(len(ops), name or ev.name, kind, True, ev.lane, ev.start_ps, ev.dur_ps, None,
+            ev.bytes_accessed, ev.flops)
+    attrs = op.attrs
+    if ev.module_key:
+        attrs["hlo_module"] = ev.module_key
+    if ev.category:
+        attrs["hlo_category"] = ev.category
+    if ev.correlation is not None:
+        attrs["correlation"] = ev.correlation
+    ops.append(op)
+    return op
 
 
 def _one_at_a_time(placed: list[_Placed], start_ps: Sequence[int], dur_ps: Sequence[int]) -> bool:
