@@ -280,20 +280,13 @@ class DeviceEvents:
         strings = self.strings
         ranks = {lane: rank for rank, lane in enumerate(sorted(set(self.lane), key=strings.__getitem__))}
         lanes = len(ranks)
-        n = len(self)
         start, transfer, lane = self.start_ps, self.transfer, self.lane
-        low = min(start) if n else 0
-        # Each index sorted packed below its key in one integer (as by_start does): ties fall
-        # in read order without a key call per index.
-        shift = n.bit_length()
+        low = min(start) if len(self) else 0
         if transfer is None:
-            packed = [((start[i] - low) * 2 * lanes + ranks[lane[i]]) << shift | i for i in range(n)]
+            keys = [(start[i] - low) * 2 * lanes + ranks[lane[i]] for i in range(len(self))]
         else:
-            packed = [(((start[i] - low) * 2 + transfer[i]) * lanes + ranks[lane[i]]) << shift | i
-                      for i in range(n)]
-        packed.sort()
-        mask = (1 << shift) - 1
-        return [p & mask for p in packed]
+            keys = [((start[i] - low) * 2 + transfer[i]) * lanes + ranks[lane[i]] for i in range(len(self))]
+        return sorted(range(len(self)), key=keys.__getitem__)
 
 
 @dataclass(slots=True)
