@@ -35,6 +35,7 @@ CHAKRA_SCHEMA_VERSION = "0.0.4"
 # EnumType's __getattr__ hook, about ten times the cost of a module global.
 _DATA, _HOST_ORDER, _PARENT = EdgeKind.DATA, EdgeKind.HOST_ORDER, EdgeKind.PARENT
 _COLLECTIVE = OpKind.COLLECTIVE
+_HALF_US = PS_PER_US // 2  # (round_us runs twice per node: not divided again each time)
 
 _NODE_TYPE = {
     OpKind.COMPUTE: COMP,
@@ -89,7 +90,7 @@ class ChakraGraph:
 
 def round_us(ps: int) -> int:
     """Picoseconds to whole microseconds, rounded half up (never truncated)."""
-    return (ps + PS_PER_US // 2) // PS_PER_US
+    return (ps + _HALF_US) // PS_PER_US
 
 
 def build_graph(trace: LinkedTrace, target: str | Target = Target.FULL, keep_mem: bool = False,

@@ -208,7 +208,7 @@ class NodeEncoder:
     def __init__(self) -> None:
         self._names: dict[tuple[str, int], bytes] = {}
         self._attrs: dict[str, dict] = {}  # name -> str or bool value -> the whole attr field
-        self._int_heads: dict[tuple[str, str], bytes] = {}  # (name, oneof) -> name + value key
+        self._int_heads: dict[tuple[str, str], tuple[bytes, ...]] = {}  # (name, oneof) -> _int_prefixes
         self._oneofs: dict[str, dict[type, str]] = {}  # name -> value type -> oneof
 
     def name(self, name: str, node_type: int = 0) -> bytes:
@@ -290,27 +290,33 @@ class NodeEncoder:
     def int_attr(self, buf: bytearray, name: str, value: int, oneof: str = "int64_val") -> None:
         """An int64 / uint64 attribute (the common timing and id attributes), without the
         general dispatch."""
-        head = self._int_heads.get((name, oneof))
-        if head is None:
-            head = self._int_heads[(name, oneof)] = _int_head(name, oneof)
-        _put_int_field(buf, head, _int_bits(value, oneof))
+        prefixes = self._int_heads.get((name, oneof))
+        if prefixes is None:
+            prefixes = self._int_heads[(name, oneof)] = _int_prefixes(_int_head(name, oneof))
+        _put_int_field(buf, prefixes, _int_bits(value, oneof))
 
     def timing(self, buf: bytearray, unit: str, start: int | None, duration: int | None) -> None:
         """The ``start_<unit>`` and ``duration_<unit>`` attributes (either may be None)."""
-        start_head, duration_head = _TIMING_HEADS[unit]
+        start_prefixes, duration_prefixes = _TIMING_PREFIXES[unit]
         if start is not None:
-            _put_int_field(buf, start_head, _int_bits(start, "int64_val"))
+            _put_int_field(buf, start_prefixes, _int_bits(start, "int64_val"))
         if duration is not None:
-            _put_int_field(buf, duration_head, _int_bits(duration, "int64_val"))
+            _put_int_field(buf, duration_prefixes, _int_bits(duration, "int64_val"))
 
 
-def _put_int_field(buf: bytearray, head: bytes, bits: int) -> None:
-    """A Node ``attr`` field of an integer attribute: ``head`` (its name and value key) and
-    the value as written (see _int_bits)."""
-    buf.append(_ATTR_KEY)
-    _put_varint(buf, len(head) + _varint_size(bits))
-    buf += head
+def _put_int_field(buf: bytearray, prefixes: tuple[bytes, ...], bits: int) -> None:
+    """A Node ``attr`` field of an integer attribute: its prefix for the value's size
+    (_int_prefixes) and the value as written (see _int_bits)."""
+    buf += prefixes[_varint_size(bits)]
     _put_varint(buf, bits)
+
+
+def _int_prefixes(head: bytes) -> tuple[bytes, ...]:
+    """An integer attribute's Node ``attr`` field up to its value (the field's key, its
+    length, ``head``), by the size of the value's varint (1-10 bytes; item 0 unused): the
+    field's length depends on it, and a prefix per size is appended whole."""
+    return (b"",) + tuple(bytes((_ATTR_KEY,)) + encode_varint(len(head) + size) + head
+                          for size in range(1, 11))
 
 
 def _int_head(name: str, oneof: str) -> bytes:
@@ -318,6 +324,6 @@ def _int_head(name: str, oneof: str) -> bytes:
     return _attr_name(name) + _SCALAR_KEYS[oneof]
 
 
-# The timing attributes' heads, per exact time unit.
-_TIMING_HEADS = {unit: tuple(_int_head(name, "int64_val") for name in names)
-                 for unit, names in _TIMING_NAMES.items()}
+# The timing attributes' prefixes (_int_prefixes), per exact time unit.
+_TIMING_PREFIXES = {unit: tuple(_int_prefixes(_int_head(name, "int64_val")) for name in names)
+                    for unit, names in _TIMING_NAMES.items()}
