@@ -15,6 +15,7 @@ from chakra_hooks.converter import etio, graph, validate
 from chakra_hooks.common.errors import TraceFormatError
 from chakra_hooks.linker.xla import discover as xla_discover
 from chakra_hooks.linker.xla import link as xla_link
+from chakra_hooks.linker.xla.devices import Device, DeviceEvents
 from chakra_hooks.linker.xla import xspace, xspace_pb2
 from chakra_hooks.linker.gc_pause import gc_paused
 from chakra_hooks.linker.model import CommType, EdgeKind, LinkedTrace, Op, OpKind
@@ -327,3 +328,26 @@ def test_host_launch_columns_take_ids_beyond_64_bits() -> None:
     assert list(launches.line) == [0, 1, 0]
     assert list(launches.offset) == [5, 6, 9] and list(launches.dur) == [7, 8, 3]
     assert list(launches.metadata) == [1, 2, 1] and list(launches.corr) == [42, 2**64 - 1, 43]
+
+
+def test_stream_order_is_what_had_ended_last_when_each_op_started() -> None:
+    """A lane whose ops each end before the next starts is chained op to op; a lane whose ops
+    overlap is walked. Both give each op the lane's op that had ended last when it started."""
+    us = 1_000_000
+    events = DeviceEvents()
+    kernel = events.intern("kernel")
+    lanes = {"stream:0:7": [(0, 10), (10, 5), (20, 0), (20, 3)],  # one at a time
+             "stream:0:8": [(0, 100), (10, 5), (16, 2), (50, 10)]}  # the first spans the rest
+    for lane, spans in lanes.items():
+        for start, dur in spans:
+            events.add(kernel, 0, start * us, dur * us, events.intern(lane))
+    device = Device("gpu", 0, "/device:GPU:0", "test clock", events)
+    trace = xla_link._DeviceLinker(device, {}, Path("generated"), 0).link()
+    uid = {}
+    for op in trace.ops:
+        uid.setdefault((op.lane, op.start_ps // us, op.dur_ps // us), op.uid)
+    edges = {(e.src, e.dst) for e in trace.edges if e.kind == EdgeKind.STREAM_ORDER}
+    a = [uid["stream:0:7", s, d] for s, d in lanes["stream:0:7"]]
+    b = [uid["stream:0:8", s, d] for s, d in lanes["stream:0:8"]]
+    assert edges == {(a[0], a[1]), (a[1], a[2]), (a[2], a[3]),  # each after the one before
+                     (b[1], b[2]), (b[2], b[3])}  # b[0] never ended in time; b[1] found none
