@@ -8,6 +8,8 @@ from chakra_hooks.converter.wire cimport NodeEncoder
 from chakra_hooks.linker.model cimport Edge, Op, TensorIO
 
 cpdef object round_us(object ps)
+@cython.locals(op=Op)
+cpdef bint _all_whole_ns(list ops) except -1
 @cython.locals(io=TensorIO)
 cpdef bytes _make_node(Op op, object deps, str exact_unit, NodeEncoder enc, Tally tally)
 

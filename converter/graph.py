@@ -103,7 +103,7 @@ def build_graph(trace: LinkedTrace, target: str | Target = Target.FULL, keep_mem
     target = parse_target(target)
     ops = rules(target).retarget(trace.ops, keep_mem)
     deps, stats = _resolve_edges(trace, {op.uid: op for op in ops}, ops is trace.ops, consume)
-    exact_unit = "ns" if all(_whole_ns(op) for op in ops) else "ps"
+    exact_unit = "ns" if _all_whole_ns(ops) else "ps"
     stats.update(ops=len(trace.ops))
     if consume:
         trace.ops, trace.edges = [], []
@@ -140,8 +140,12 @@ def _sources(trace: LinkedTrace) -> str:
     return ", ".join(names) or f"rank {trace.rank}"
 
 
-def _whole_ns(op: Op) -> bool:
-    return (op.start_ps or 0) % 1000 == 0 and (op.dur_ps or 0) % 1000 == 0
+def _all_whole_ns(ops: list[Op]) -> bool:
+    """Whether every op's times are whole nanoseconds (then ns is the exact time unit)."""
+    for op in ops:
+        if (op.start_ps or 0) % 1000 or (op.dur_ps or 0) % 1000:
+            return False
+    return True
 
 
 def _resolve_edges(trace: LinkedTrace, kept: dict[int, Op], all_kept: bool = False,
