@@ -51,16 +51,21 @@ _NAMES = frozenset(name for name, _ in COMPILED)
 _NO = frozenset(("0", "false", "no", "off"))
 
 
+def _switch(name: str) -> str:
+    """The environment variable ``name`` as a switch reads it ("" when unset)."""
+    return os.environ.get(name, "").strip().lower()
+
+
 def switched_on(name: str) -> bool:
     """Whether the environment variable ``name`` says yes: set to anything but nothing or a
     no (0, false, no, off). ``CHAKRA_HOOKS_PURE_PYTHON=0`` means compiled, as one reads it."""
-    value = os.environ.get(name, "").strip().lower()
+    value = _switch(name)
     return bool(value) and value not in _NO
 
 
 def switched_off(name: str) -> bool:
     """Whether the environment variable ``name`` says no (0, false, no, off)."""
-    return os.environ.get(name, "").strip().lower() in _NO
+    return _switch(name) in _NO
 
 
 def is_compiled(module: object) -> bool:

@@ -27,7 +27,7 @@ cpdef object _int_bits(object value, str oneof)
 
 
 cdef class NodeEncoder:
-    cdef dict _names, _attrs, _int_heads, _oneofs
+    cdef dict _names, _attrs, _int_fields, _oneofs
     cpdef bytes name(self, str name, object node_type=*)
     cpdef head(self, bytearray buf, object node_id, bytes name_field, object ctrl_deps,
                object data_deps, object start_micros, object duration_micros)

@@ -208,7 +208,7 @@ class NodeEncoder:
     def __init__(self) -> None:
         self._names: dict[tuple[str, int], bytes] = {}
         self._attrs: dict[str, dict] = {}  # name -> str or bool value -> the whole attr field
-        self._int_heads: dict[tuple[str, str], tuple[bytes, ...]] = {}  # (name, oneof) -> _int_prefixes
+        self._int_fields: dict[tuple[str, str], tuple[bytes, ...]] = {}  # see _int_prefixes
         self._oneofs: dict[str, dict[type, str]] = {}  # name -> value type -> oneof
 
     def name(self, name: str, node_type: int = 0) -> bytes:
@@ -290,9 +290,9 @@ class NodeEncoder:
     def int_attr(self, buf: bytearray, name: str, value: int, oneof: str = "int64_val") -> None:
         """An int64 / uint64 attribute (the common timing and id attributes), without the
         general dispatch."""
-        prefixes = self._int_heads.get((name, oneof))
+        prefixes = self._int_fields.get((name, oneof))
         if prefixes is None:
-            prefixes = self._int_heads[(name, oneof)] = _int_prefixes(_int_head(name, oneof))
+            prefixes = self._int_fields[(name, oneof)] = _int_prefixes(name, oneof)
         _put_int_field(buf, prefixes, _int_bits(value, oneof))
 
     def timing(self, buf: bytearray, unit: str, start: int | None, duration: int | None) -> None:
@@ -311,19 +311,16 @@ def _put_int_field(buf: bytearray, prefixes: tuple[bytes, ...], bits: int) -> No
     _put_varint(buf, bits)
 
 
-def _int_prefixes(head: bytes) -> tuple[bytes, ...]:
+def _int_prefixes(name: str, oneof: str) -> tuple[bytes, ...]:
     """An integer attribute's Node ``attr`` field up to its value (the field's key, its
-    length, ``head``), by the size of the value's varint (1-10 bytes; item 0 unused): the
-    field's length depends on it, and a prefix per size is appended whole."""
+    length, the AttributeProto's name and value key), by the size of the value's varint (1-10
+    bytes; item 0 unused): the field's length depends on it, and a prefix per size is
+    appended whole."""
+    head = _attr_name(name) + _SCALAR_KEYS[oneof]
     return (b"",) + tuple(bytes((_ATTR_KEY,)) + encode_varint(len(head) + size) + head
                           for size in range(1, 11))
 
 
-def _int_head(name: str, oneof: str) -> bytes:
-    """An integer attribute's AttributeProto up to its value: the name and the value's key."""
-    return _attr_name(name) + _SCALAR_KEYS[oneof]
-
-
 # The timing attributes' prefixes (_int_prefixes), per exact time unit.
-_TIMING_PREFIXES = {unit: tuple(_int_prefixes(_int_head(name, "int64_val")) for name in names)
+_TIMING_PREFIXES = {unit: tuple(_int_prefixes(name, "int64_val") for name in names)
                     for unit, names in _TIMING_NAMES.items()}

@@ -574,32 +574,29 @@ class _DeviceLinker:
             by_lane.setdefault(lane[p.index], []).append(p)
         edges, stream_order = self.trace.edges, EdgeKind.STREAM_ORDER
         for placed in by_lane.values():
-            if _one_at_a_time(placed, start_ps, dur_ps):
-                # The usual stream: what finished last before an op started is the op before
-                # it (ends follow starts), which the general walk below finds at a cost.
-                for k in range(1, len(placed)):
-                    for src in placed[k - 1].uids:
-                        for dst in placed[k].uids:
-                            edges.append(Edge(src, dst, stream_order))
-                continue
+            # The usual stream runs one op at a time: then what had finished last when an op
+            # started is the op before it (ends follow starts), which the heap walk finds at a cost.
+            chained = _one_at_a_time(placed, start_ps, dur_ps)
             running: list[tuple[int, int, int]] = []  # heap of (end, order, index)
             last: int | None = None
             for i, p in enumerate(placed):
-                start = start_ps[p.index]
-                while running and running[0][0] <= start:
-                    end, _, j = heapq.heappop(running)
-                    if last is None:
-                        last = j
-                    else:
-                        e = placed[last].index
-                        if (start_ps[e] + dur_ps[e], last) <= (end, j):
+                if chained:
+                    last = i - 1 if i else None
+                else:
+                    start = start_ps[p.index]
+                    while running and running[0][0] <= start:
+                        end, _, j = heapq.heappop(running)
+                        if last is None:
                             last = j
+                        else:
+                            e = placed[last].index
+                            if (start_ps[e] + dur_ps[e], last) <= (end, j):
+                                last = j
+                    heapq.heappush(running, (start + dur_ps[p.index], i, i))
                 if last is not None:
                     for src in placed[last].uids:
                         for dst in p.uids:
                             edges.append(Edge(src, dst, stream_order))
-                heapq.heappush(running, (start + dur_ps[p.index], i, i))
-
 
 def _new_op(ops: list[Op], ev: DeviceEvent, kind: OpKind, name: str | None = None) -> Op:
     """The op of device event ``ev`` (one of them, for a permute), appended to ``ops``."""
