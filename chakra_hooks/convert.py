@@ -253,9 +253,12 @@ def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike
         if remote_out:
             remote_out.commit(earlier)
         else:
-            for name in earlier:  # --overwrite: only our own files of the earlier conversion go
-                if not (Path(staging) / name).exists():
-                    (out / name).unlink(missing_ok=True)
+            # --overwrite: only our own files of the earlier conversion go. All of them are
+            # removed before the new ones move in: renaming over an existing file makes ext4
+            # (auto_da_alloc) write the new file out before the rename returns (45 ms for 16
+            # ResNet ranks' ETs), which removing it first does not.
+            for name in earlier:
+                (out / name).unlink(missing_ok=True)
             for name in os.listdir(staging):
                 os.replace(Path(staging) / name, out / name)
         done = True

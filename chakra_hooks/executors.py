@@ -13,6 +13,7 @@ Ray is the engine, not a dependency: it is imported only by :class:`RayExecutor`
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -65,9 +66,15 @@ def progress_bar(total: int, progress_shown: bool | None) -> _Bar:
 _worker_queue = None  # in a worker process: where its jobs' progress goes (None: nowhere)
 
 
-def _set_worker_queue(queue: object) -> None:
+def _start_worker(queue: object) -> None:
+    """A spawned worker's set-up: where its progress goes, and a quick exit."""
     global _worker_queue
     _worker_queue = queue
+    # The pool's shutdown waits for each worker to exit, and Python's own teardown (every
+    # module and object freed one by one) took 20 of the 30 ms that costs on 16 ResNet ranks.
+    # A worker has nothing left to do by then: its results went back through the pool, and
+    # multiprocessing has flushed its stdout and stderr.
+    atexit.register(os._exit, 0)
 
 
 def _reporting(index: int, func: Callable, *args: object) -> object:
@@ -99,7 +106,7 @@ class LocalExecutor:
             context = multiprocessing.get_context("spawn")
             self._queue = context.SimpleQueue() if bar.shown else None
             self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=context,
-                                             initializer=_set_worker_queue, initargs=(self._queue,))
+                                             initializer=_start_worker, initargs=(self._queue,))
         return self._pool
 
     def map(self, func: Callable, argsets: Sequence[tuple], bar: _Bar | None = None) -> list:
