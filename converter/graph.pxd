@@ -15,8 +15,13 @@ cpdef bytes _make_node(Op op, object deps, str exact_unit, NodeEncoder enc, Tall
 
 
 @cython.locals(incoming=dict, stats=dict, edges=list, data=list, ctrl=list,
-               edges_out=Py_ssize_t, i=Py_ssize_t, edge=Edge)
-cpdef tuple _resolve_edges(object trace, dict kept, bint all_kept=*, bint consume=*)
+               edges_out=Py_ssize_t, i=Py_ssize_t, edge=Edge, by_place=bint, count=Py_ssize_t)
+cpdef tuple _resolve_edges(object trace, list ops, bint all_kept=*, bint consume=*)
 
 
-cpdef bint _in_time_order(dict incoming, dict kept)
+@cython.locals(place=Py_ssize_t, op=Op)
+cpdef bint _numbered_by_place(list ops) except -1
+
+
+@cython.locals(by_place=bint)
+cpdef bint _in_time_order(dict incoming, object kept)

@@ -102,7 +102,7 @@ def build_graph(trace: LinkedTrace, target: str | Target = Target.FULL, keep_mem
     """
     target = parse_target(target)
     ops = rules(target).retarget(trace.ops, keep_mem)
-    deps, stats = _resolve_edges(trace, {op.uid: op for op in ops}, ops is trace.ops, consume)
+    deps, stats = _resolve_edges(trace, ops, ops is trace.ops, consume)
     exact_unit = "ns" if _all_whole_ns(ops) else "ps"
     stats.update(ops=len(trace.ops))
     if consume:
@@ -148,13 +148,20 @@ def _all_whole_ns(ops: list[Op]) -> bool:
     return True
 
 
-def _resolve_edges(trace: LinkedTrace, kept: dict[int, Op], all_kept: bool = False,
+def _resolve_edges(trace: LinkedTrace, ops: list[Op], all_kept: bool = False,
                    consume: bool = False) -> tuple[dict[int, Deps], dict]:
-    """Per node its dependencies (Deps), dropped ops bypassed, invalid edges removed, no cycles.
+    """Per node (an op of ``ops``, those the target keeps) its dependencies (Deps), dropped
+    ops bypassed, invalid edges removed, no cycles.
 
-    ``all_kept``: ``kept`` holds every op of the trace, so it serves as the set of known uids
-    too. ``consume``: the trace's edges are let go as they are read (the trace is emptied)."""
+    ``all_kept``: ``ops`` are all the trace's ops. ``consume``: the trace's edges are let go
+    as they are read (the trace is emptied)."""
+    # The kept ops by uid: the list itself where uids are places in it (both linkers number
+    # ops so) and every op is kept, else a dict (one of every op was a twentieth of a large
+    # XLA device's conversion memory). The known uids: the same, or a set of the trace's.
+    by_place = all_kept and _numbered_by_place(ops)
+    kept: dict[int, Op] | list[Op] = ops if by_place else {op.uid: op for op in ops}
     known = kept if all_kept else {op.uid for op in trace.ops}
+    count = len(ops)
     # The edge map: node -> its sources. Most nodes have one, held with its edge's kind in one
     # int (see _one_source); a dict {source: kind} from a second source on. A dict each took
     # most of a large XLA device's conversion memory (docs/performance.md).
@@ -168,7 +175,8 @@ def _resolve_edges(trace: LinkedTrace, kept: dict[int, Op], all_kept: bool = Fal
         if consume:
             edges[i] = None  # the edge map replaces it
         src, dst = edge.src, edge.dst
-        if src not in known or dst not in known:
+        if (not (0 <= src < count and 0 <= dst < count) if by_place
+                else src not in known or dst not in known):
             stats["edges_missing_end"] += 1
         elif src == dst:
             stats["edges_self"] += 1
@@ -195,6 +203,8 @@ def _resolve_edges(trace: LinkedTrace, kept: dict[int, Op], all_kept: bool = Fal
             _bypass_dropped(incoming, kept)
     if not _in_time_order(incoming, kept):
         _as_dicts(incoming)
+        if by_place:  # the rare passes below look ops up by uid
+            kept = {op.uid: op for op in ops}
         if _has_cycle(incoming, kept):
             stats["edges_against_time"] = _drop_edges_against_time(incoming, kept)
             if _has_cycle(incoming, kept):
@@ -304,11 +314,21 @@ def _kept_sources(uid: int, stack: set[int], incoming: dict[int, dict[int, EdgeK
     return out
 
 
-def _in_time_order(incoming: dict[int, object], kept: dict[int, Op]) -> bool:
+def _numbered_by_place(ops: list[Op]) -> bool:
+    """Whether each op's uid is its place in ``ops``."""
+    for place, op in enumerate(ops):
+        if op.uid != place:
+            return False
+    return True
+
+
+def _in_time_order(incoming: dict[int, object], kept: dict[int, Op] | list[Op]) -> bool:
     """Whether every kept edge runs from an earlier (start, uid) to a later one, which rules a
-    cycle out in one pass (the usual case; else _has_cycle decides)."""
+    cycle out in one pass (the usual case; else _has_cycle decides). ``kept``: the kept ops
+    by uid, or as a list where uids are places and every uid in ``incoming`` is one."""
+    by_place = type(kept) is list
     for dst, sources in incoming.items():
-        dst_op = kept.get(dst)
+        dst_op = kept[dst] if by_place else kept.get(dst)
         if dst_op is None:
             continue
         dst_start = dst_op.start_ps
@@ -317,7 +337,7 @@ def _in_time_order(incoming: dict[int, object], kept: dict[int, Op]) -> bool:
         if type(sources) is int:  # one source (see _resolve_edges)
             sources = (sources >> 3,)
         for src in sources:
-            src_op = kept.get(src)
+            src_op = kept[src] if by_place else kept.get(src)
             if src_op is None:
                 continue
             src_start = src_op.start_ps

@@ -317,13 +317,18 @@ _EDGE_SLACK_PS = 1_000_000
 @dataclass  # a C class when compiled (linker/xla/link.pxd)
 class _Placed:
     """The ops made from one device event (``index`` in the device's columns), and what the
-    edges need to know about it."""
+    edges need to know about it. An event's ops are made one after the other, so their uids
+    are ``first`` and the ``count - 1`` after it (a range, not a list: one per event)."""
 
-    __slots__ = ("index", "uids", "module", "inst")  # one per event: no __dict__ each
+    __slots__ = ("index", "first", "count", "module", "inst")  # one per event: no __dict__ each
     index: int
-    uids: list[int]
+    first: int
+    count: int
     module: hlo.HloModule | None
     inst: hlo.Instruction | None
+
+    def uids(self) -> range:
+        return range(self.first, self.first + self.count)
 
 
 @dataclass(slots=True)
@@ -349,13 +354,17 @@ class _DeviceLinker:
 
     def link(self) -> LinkedTrace:
         events = self.dev.events
+        ops = self.trace.ops
         self.has_transfers = events.has_transfers  # once, not per copy-start
         matched = 0
         for i in events.linking_order():  # uids follow this order
             ev = events.event(i)
             module, inst = self._resolve(ev)
             matched += inst is not None
-            self.placed.append(_Placed(i, self._make_ops(ev, module, inst), module, inst))
+            made = len(ops)
+            self._make_ops(ev, module, inst)
+            # the first op's own uid object, which the edges then share
+            self.placed.append(_Placed(i, ops[made].uid, len(ops) - made, module, inst))
         self._data_edges()
         self._stream_edges()
         self._copy_edges()
@@ -385,15 +394,17 @@ class _DeviceLinker:
 
     # -- ops ------------------------------------------------------------------------------
 
-    def _make_ops(self, ev: DeviceEvent, module: hlo.HloModule | None, inst: hlo.Instruction | None) -> list[int]:
+    def _make_ops(self, ev: DeviceEvent, module: hlo.HloModule | None, inst: hlo.Instruction | None) -> None:
+        """Appends the ops of ``ev`` to the trace's ops (one, or a permute's several)."""
         ops = self.trace.ops
         if ev.copy in ("load", "store"):  # a GPU host<->device copy, whatever HLO asked for it
             op = _new_op(ops, ev, OpKind.MEM_LOAD if ev.copy == "load" else OpKind.MEM_STORE)
             if module is not None and inst is not None:
                 self._describe(op, module, inst)
-            return [op.uid]
+            return
         if inst is None or module is None:
-            return [_new_op(ops, ev, OpKind.COMPUTE).uid]
+            _new_op(ops, ev, OpKind.COMPUTE)
+            return
         if ev.transfer or (inst.opcode == "copy-start" and not self.has_transfers):
             direction = hlo.host_offload_direction(module, inst)
             if direction is not None:
@@ -401,21 +412,21 @@ class _DeviceLinker:
                              f"{inst.name}:{'host_to_device' if direction == 'load' else 'device_to_host'}")
                 self._describe(op, module, inst)
                 op.bytes = module.operand_bytes(inst)
-                return [op.uid]
+                return
         coll = hlo.collective_of(module, inst)
         if coll is None:
             op = _new_op(ops, ev, OpKind.COMPUTE)
             self._describe(op, module, inst)
-            return [op.uid]
+            return
         if coll.kind == "collective-permute":
-            return self._permute_ops(ev, module, inst, coll)
+            self._permute_ops(ev, module, inst, coll)
+            return
         op = _new_op(ops, ev, OpKind.COLLECTIVE)
         op.comm = CommInfo(size_bytes=coll.size_bytes, comm_type=COMM_TYPES[coll.kind])
         group = _group_of(coll.replica_groups, self.device_id)
         if group is not None:
             op.attrs["_group"] = list(group)  # replaced by the group's id (_number_groups)
         self._describe(op, module, inst)
-        return [op.uid]
 
     def group_of(self, ev: DeviceEvent) -> tuple[int, ...] | None:
         """The replica group of the collective op that ``ev`` becomes (:meth:`_make_ops`);
@@ -430,11 +441,11 @@ class _DeviceLinker:
         return _group_of(coll.replica_groups, self.device_id)
 
     def _permute_ops(self, ev: DeviceEvent, module: hlo.HloModule, inst: hlo.Instruction,
-                     coll: hlo.Collective) -> list[int]:
+                     coll: hlo.Collective) -> None:
         """One SEND per target and one RECV per source this device has in the pairs."""
         me, ops = self.device_id, self.trace.ops
         tag = self._tag(ev, inst)
-        uids: list[int] = []
+        made = 0
         for src, dst in coll.source_target_pairs:
             if me not in (src, dst) or src == dst:
                 continue
@@ -442,12 +453,10 @@ class _DeviceLinker:
             op = _new_op(ops, ev, kind, f"{inst.name}:{'send' if kind == OpKind.SEND else 'recv'}")
             op.comm = CommInfo(size_bytes=coll.size_bytes, src=src, dst=dst, tag=tag)
             self._describe(op, module, inst)
-            uids.append(op.uid)
-        if not uids:  # this device only takes part as a bystander
+            made += 1
+        if not made:  # this device only takes part as a bystander
             op = _new_op(ops, ev, OpKind.COMPUTE)
             self._describe(op, module, inst)
-            uids.append(op.uid)
-        return uids
 
     def _tag(self, ev: DeviceEvent, inst: hlo.Instruction) -> int:
         """Same on sender and receiver: the k-th run of the module and the instruction."""
@@ -514,10 +523,10 @@ class _DeviceLinker:
                 k = bisect.bisect_right(starts, start_ps[i]) - 1
                 if k < 0:
                     continue
-                for dst in p.uids:
+                for dst in p.uids():
                     src = uids[k]
                     # uids follow start order, so src < dst keeps the graph acyclic
-                    if src < dst and src not in p.uids and (src, dst) not in seen:
+                    if src < p.first and (src, dst) not in seen:
                         seen.add((src, dst))
                         if self._ended_before(src, dst):
                             edges.append(Edge(src, dst, EdgeKind.DATA))
@@ -561,7 +570,7 @@ class _DeviceLinker:
     def _result_uid(self, p: _Placed) -> int:
         """The op whose output consumers read: the RECV of a permute, else the last op."""
         ops = self.trace.ops
-        return next((u for u in p.uids if ops[u].kind == OpKind.RECV), p.uids[-1])
+        return next((u for u in p.uids() if ops[u].kind == OpKind.RECV), p.first + p.count - 1)
 
     def _stream_edges(self) -> None:
         """Each op waits for the latest op on its lane that had finished when it started.
@@ -594,9 +603,8 @@ class _DeviceLinker:
                                 last = j
                     heapq.heappush(running, (start + dur_ps[p.index], i, i))
                 if last is not None:
-                    for src in placed[last].uids:
-                        for dst in p.uids:
-                            edges.append(Edge(src, dst, stream_order))
+                    _order_edges(edges, placed[last], p, stream_order)
+
 
 def _new_op(ops: list[Op], ev: DeviceEvent, kind: OpKind, name: str | None = None) -> Op:
     """The op of device event ``ev`` (one of them, for a permute), appended to ``ops``."""
@@ -611,6 +619,16 @@ def _new_op(ops: list[Op], ev: DeviceEvent, kind: OpKind, name: str | None = Non
         attrs["correlation"] = ev.correlation
     ops.append(op)
     return op
+
+
+def _order_edges(edges: list[Edge], before: _Placed, after: _Placed, kind: EdgeKind) -> None:
+    """Every op of ``after`` waits for every op of ``before``."""
+    if before.count == 1 and after.count == 1:  # the usual event: one op
+        edges.append(Edge(before.first, after.first, kind))
+        return
+    for src in before.uids():
+        for dst in after.uids():
+            edges.append(Edge(src, dst, kind))
 
 
 def _one_at_a_time(placed: list[_Placed], start_ps: Sequence[int], dur_ps: Sequence[int]) -> bool:

@@ -91,6 +91,34 @@ def test_cycle_against_time_is_broken_and_counted() -> None:
     assert validate("t", graph.metadata, graph.nodes).ok
 
 
+@pytest.mark.parametrize("backwards", [False, True])
+def test_ops_numbered_by_place_convert_as_ops_numbered_otherwise(backwards: bool) -> None:
+    """Where uids are places in the ops list (as both linkers number them), the converter
+    looks ops up in the list itself rather than in a dict by uid: the same nodes, edges left
+    out for the same reasons (a missing end, a negative one, a self edge, one against time)."""
+    def numbered_from(first: int) -> LinkedTrace:
+        trace = small_trace()  # uids 1..7
+        shift = 1 - first
+        for op in trace.ops:
+            op.uid -= shift
+        trace.edges = [Edge(e.src - shift, e.dst - shift, e.kind) for e in trace.edges]
+        trace.edges.append(Edge(-5, 3 - shift, EdgeKind.DATA))
+        if backwards:
+            trace.edges.append(Edge(5 - shift, 4 - shift, EdgeKind.SYNC))
+        return trace
+
+    by_place, by_uid = build_graph(numbered_from(0)), build_graph(numbered_from(1))
+    assert by_place.stats == by_uid.stats
+    assert by_place.stats["edges_missing_end"] == 2 and by_place.stats["edges_self"] == 1
+    assert (by_place.stats["edges_against_time"] > 0) == backwards
+    assert len(by_place.nodes) == len(by_uid.nodes) == 7
+    for a, b in zip(by_place.nodes, by_uid.nodes):
+        assert (a.id + 1, a.name) == (b.id, b.name)
+        assert [d + 1 for d in a.data_deps] == list(b.data_deps)
+        assert [d + 1 for d in a.ctrl_deps] == list(b.ctrl_deps)
+    assert any(n.data_deps or n.ctrl_deps for n in by_place.nodes)
+
+
 def test_unknown_target_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown target"):
         build_graph(small_trace(), target="ns3")
