@@ -314,23 +314,6 @@ def _device_ids(job: RankJob, devices: list[Device], path: Path) -> dict[int, in
 _EDGE_SLACK_PS = 1_000_000
 
 
-@dataclass  # a C class when compiled (linker/xla/link.pxd)
-class _Placed:
-    """The ops made from one device event (``index`` in the device's columns), and what the
-    edges need to know about it. An event's ops are made one after the other, so their uids
-    are ``first`` and the ``count - 1`` after it (a range, not a list: one per event)."""
-
-    __slots__ = ("index", "first", "count", "module", "inst")  # one per event: no __dict__ each
-    index: int
-    first: int
-    count: int
-    module: hlo.HloModule | None
-    inst: hlo.Instruction | None
-
-    def uids(self) -> range:
-        return range(self.first, self.first + self.count)
-
-
 @dataclass(slots=True)
 class _DeviceLinker:
     dev: Device
@@ -338,7 +321,14 @@ class _DeviceLinker:
     path: Path
     device_id: int  # the device's global id: its rank, and its id in replica groups
     trace: LinkedTrace = field(init=False)
-    placed: list[_Placed] = field(default_factory=list)
+    # What the edges need of each event, as columns by its place in linking order (an object
+    # per event was 80 bytes, beside its op's 517): its index in the device's columns, the uid
+    # of its first op (the op's own integer, which the edges share; an event's ops are made
+    # one after the other, so the next event's first ends them), its module and instruction.
+    order: array = field(default_factory=lambda: array("q"))
+    firsts: list[int] = field(default_factory=list)
+    module_of: list[hlo.HloModule | None] = field(default_factory=list)
+    inst_of: list[hlo.Instruction | None] = field(default_factory=list)
     text_modules: dict[str, hlo.HloModule] = field(default_factory=dict)
     runs: dict[str, list[object]] = field(default_factory=dict)  # module -> exec keys in order
     has_transfers: bool = False  # the device has Async XLA Ops transfer spans (set in link())
@@ -357,14 +347,17 @@ class _DeviceLinker:
         ops = self.trace.ops
         self.has_transfers = events.has_transfers  # once, not per copy-start
         matched = 0
-        for i in events.linking_order():  # uids follow this order
+        self.order = order = array("q", events.linking_order())  # uids follow this order
+        firsts, module_of, inst_of = self.firsts, self.module_of, self.inst_of
+        for i in order:
             ev = events.event(i)
             module, inst = self._resolve(ev)
             matched += inst is not None
             made = len(ops)
             self._make_ops(ev, module, inst)
-            # the first op's own uid object, which the edges then share
-            self.placed.append(_Placed(i, ops[made].uid, len(ops) - made, module, inst))
+            firsts.append(ops[made].uid)
+            module_of.append(module)
+            inst_of.append(inst)
         self._data_edges()
         self._stream_edges()
         self._copy_edges()
@@ -373,7 +366,7 @@ class _DeviceLinker:
         stats["hlo_matched"] = matched
         stats["hlo_match_rate"] = matched / len(self.dev.events) if self.dev.events else 1.0
         stats["match_rate"] = stats["hlo_match_rate"]  # the key convert's summary table shows
-        sources = sorted({p.module.source for p in self.placed if p.module is not None})
+        sources = sorted({module.source for module in self.module_of if module is not None})
         self.trace.metadata["hlo_source"] = ",".join(sources) or "none"
         return self.trace
 
@@ -489,30 +482,32 @@ class _DeviceLinker:
         start_ps, transfer = events.start_ps, events.is_transfer
         index: dict[tuple[object, str, str], tuple[list[int], list[int]]] = {}
         executed: dict[str, set[str]] = {}
-        for p in self.placed:
-            if p.inst is None:
+        order, module_of = self.order, self.module_of
+        for at, inst in enumerate(self.inst_of):
+            if inst is None:
                 continue
-            i = p.index
-            name = p.inst.name + ("#transfer" if transfer(i) else "")
+            i = order[at]
+            name = inst.name + ("#transfer" if transfer(i) else "")
             module_key = strings[module_keys[i]]
             starts, uids = index.setdefault((module_key, str(exec_keys[i]), name), ([], []))
             starts.append(start_ps[i])
-            uids.append(self._result_uid(p))
-            executed.setdefault(module_key, set()).add(p.inst.name)
+            uids.append(self._result_uid(at))
+            executed.setdefault(module_key, set()).add(inst.name)
         memo: dict[tuple[str, str], tuple[str, ...]] = {}
         edges = self.trace.edges
         seen: set[tuple[int, int]] = set()
         overlapping = 0
-        for p in self.placed:
-            if p.inst is None or p.module is None:
+        for at, inst in enumerate(self.inst_of):
+            module = module_of[at]
+            if inst is None or module is None:
                 continue
-            i = p.index
+            i = order[at]
             run = (strings[module_keys[i]], str(exec_keys[i]))
             if transfer(i):  # copy-start issues the transfer
-                producers: tuple[str, ...] = (p.inst.name,)
+                producers: tuple[str, ...] = (inst.name,)
             else:
-                producers = _producers(p.module, p.inst, executed.get(run[0], set()), memo)
-                start_name = hlo.async_start_of(p.inst)
+                producers = _producers(module, inst, executed.get(run[0], set()), memo)
+                start_name = hlo.async_start_of(inst)
                 if start_name is not None and (run + (start_name + "#transfer",)) in index:
                     producers = producers + (start_name + "#transfer",)
             for prod in producers:
@@ -523,10 +518,11 @@ class _DeviceLinker:
                 k = bisect.bisect_right(starts, start_ps[i]) - 1
                 if k < 0:
                     continue
-                for dst in p.uids():
-                    src = uids[k]
+                src = uids[k]
+                mine = self._uids(at)
+                for dst in mine:
                     # uids follow start order, so src < dst keeps the graph acyclic
-                    if src < p.first and (src, dst) not in seen:
+                    if src < mine[0] and (src, dst) not in seen:
                         seen.add((src, dst))
                         if self._ended_before(src, dst):
                             edges.append(Edge(src, dst, EdgeKind.DATA))
@@ -567,10 +563,19 @@ class _DeviceLinker:
                 if k < len(lane_ops):
                     self.trace.edges.append(Edge(load.uid, lane_ops[k].uid, EdgeKind.SYNC))
 
-    def _result_uid(self, p: _Placed) -> int:
+    def _uids(self, at: int) -> list[int]:
+        """The uids of the ops of the event at ``at`` in linking order: the ops' own integers,
+        which the edges then share (a range would make an integer per edge)."""
+        firsts, ops = self.firsts, self.trace.ops
+        first = firsts[at]
+        end = firsts[at + 1] if at + 1 < len(firsts) else len(ops)
+        return [first] if end - first == 1 else [ops[u].uid for u in range(first, end)]
+
+    def _result_uid(self, at: int) -> int:
         """The op whose output consumers read: the RECV of a permute, else the last op."""
         ops = self.trace.ops
-        return next((u for u in p.uids() if ops[u].kind == OpKind.RECV), p.first + p.count - 1)
+        uids = self._uids(at)
+        return next((u for u in uids if ops[u].kind == OpKind.RECV), uids[-1])
 
     def _stream_edges(self) -> None:
         """Each op waits for the latest op on its lane that had finished when it started.
@@ -578,32 +583,36 @@ class _DeviceLinker:
         Ops of one event (a SEND and a RECV of one permute) are concurrent and all follow it."""
         events = self.dev.events
         lane, start_ps, dur_ps = events.lane, events.start_ps, events.dur_ps
-        by_lane: dict[int, list[_Placed]] = {}
-        for p in self.placed:
-            by_lane.setdefault(lane[p.index], []).append(p)
+        order, firsts, ops = self.order, self.firsts, self.trace.ops
+        by_lane: dict[int, array] = {}  # lane -> its events' places in linking order
+        for at, i in enumerate(order):
+            on_lane = by_lane.get(lane[i])
+            if on_lane is None:
+                on_lane = by_lane[lane[i]] = array("q")
+            on_lane.append(at)
         edges, stream_order = self.trace.edges, EdgeKind.STREAM_ORDER
-        for placed in by_lane.values():
+        for on_lane in by_lane.values():
             # The usual stream runs one op at a time: then what had finished last when an op
             # started is the op before it (ends follow starts), which the heap walk finds at a cost.
-            chained = _one_at_a_time(placed, start_ps, dur_ps)
-            running: list[tuple[int, int, int]] = []  # heap of (end, order, index)
+            chained = _one_at_a_time(on_lane, order, start_ps, dur_ps)
+            running: list[tuple[int, int, int]] = []  # heap of (end, k, k): the lane's k-th event
             last: int | None = None
-            for i, p in enumerate(placed):
+            for k, at in enumerate(on_lane):
                 if chained:
-                    last = i - 1 if i else None
+                    last = k - 1 if k else None
                 else:
-                    start = start_ps[p.index]
+                    start = start_ps[order[at]]
                     while running and running[0][0] <= start:
                         end, _, j = heapq.heappop(running)
                         if last is None:
                             last = j
                         else:
-                            e = placed[last].index
+                            e = order[on_lane[last]]
                             if (start_ps[e] + dur_ps[e], last) <= (end, j):
                                 last = j
-                    heapq.heappush(running, (start + dur_ps[p.index], i, i))
+                    heapq.heappush(running, (start + dur_ps[order[at]], k, k))
                 if last is not None:
-                    _order_edges(edges, placed[last], p, stream_order)
+                    _order_edges(edges, ops, firsts, on_lane[last], at, stream_order)
 
 
 def _new_op(ops: list[Op], ev: DeviceEvent, kind: OpKind, name: str | None = None) -> Op:
@@ -621,21 +630,29 @@ def _new_op(ops: list[Op], ev: DeviceEvent, kind: OpKind, name: str | None = Non
     return op
 
 
-def _order_edges(edges: list[Edge], before: _Placed, after: _Placed, kind: EdgeKind) -> None:
-    """Every op of ``after`` waits for every op of ``before``."""
-    if before.count == 1 and after.count == 1:  # the usual event: one op
-        edges.append(Edge(before.first, after.first, kind))
+def _order_edges(edges: list[Edge], ops: list[Op], firsts: list[int], before: int, after: int,
+                 kind: EdgeKind) -> None:
+    """Every op of the event at ``after`` (in linking order) waits for every op of the one at
+    ``before`` (``firsts``: each event's first uid). Edges hold the ops' own uid integers."""
+    src, dst = firsts[before], firsts[after]
+    src_end = firsts[before + 1]  # before < after: an event follows it
+    dst_end = firsts[after + 1] if after + 1 < len(firsts) else len(ops)
+    src_ops, dst_ops = src_end - src, dst_end - dst
+    if src_ops == 1 and dst_ops == 1:  # the usual event: one op
+        edges.append(Edge(src, dst, kind))
         return
-    for src in before.uids():
-        for dst in after.uids():
-            edges.append(Edge(src, dst, kind))
+    for s in range(src, src_end):
+        for d in range(dst, dst_end):
+            edges.append(Edge(ops[s].uid, ops[d].uid, kind))
 
 
-def _one_at_a_time(placed: list[_Placed], start_ps: Sequence[int], dur_ps: Sequence[int]) -> bool:
-    """Whether each of a lane's ops (in start order) ended before the next one started."""
-    for k in range(1, len(placed)):
-        before, after = placed[k - 1], placed[k]
-        if start_ps[before.index] + dur_ps[before.index] > start_ps[after.index]:
+def _one_at_a_time(on_lane: Sequence[int], order: Sequence[int], start_ps: Sequence[int],
+                   dur_ps: Sequence[int]) -> bool:
+    """Whether each of a lane's events (its places in linking ``order``, in start order)
+    ended before the next one started."""
+    for k in range(1, len(on_lane)):
+        before, after = order[on_lane[k - 1]], order[on_lane[k]]
+        if start_ps[before] + dur_ps[before] > start_ps[after]:
             return False
     return True
 

@@ -136,6 +136,15 @@ def test_tpu_data_edges_follow_hlo_operands(tpu_traces: list[LinkedTrace]) -> No
         assert e.src < e.dst  # uids follow start order: no cycles
 
 
+def test_edges_hold_their_ops_own_uid_integers(tpu_traces: list[LinkedTrace]) -> None:
+    """An edge names its ops by the ops' own uid integers, not equal copies: a device has
+    about two edges an op, and a copy of a uid past 256 is 28 bytes more for each end."""
+    t = tpu_traces[1]
+    kinds = Counter(e.kind for e in t.edges)
+    assert len(t.ops) > 1000 and kinds[EdgeKind.DATA] > 1000 and kinds[EdgeKind.STREAM_ORDER] > 1000
+    assert all(e.src is t.ops[e.src].uid and e.dst is t.ops[e.dst].uid for e in t.edges)
+
+
 def test_gpu_one_trace_per_gpu_with_stream_order(gpu_traces: list[LinkedTrace]) -> None:
     assert [t.rank for t in gpu_traces] == list(range(8))
     for t in gpu_traces:
