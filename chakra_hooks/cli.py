@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,9 +51,24 @@ def cli() -> None:
     """Record ML runs and convert them to MLCommons Chakra execution traces."""
 
 
+class _Terminated(BaseException):
+    """SIGTERM, raised where the command is so that it ends as on Ctrl-C: what a conversion
+    staged is removed (convert_paths), where Python's default would end the process at once
+    and leave it in the output folder."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the clean-up too
+    raise _Terminated
+
+
 def main() -> None:
     """Entry point: bad input ends in one line on stderr and exit status 1, never a traceback;
-    Ctrl-C in exit status 130, the shell's convention (click's own would be 1)."""
+    Ctrl-C in exit status 130, the shell's convention (click's own would be 1), and SIGTERM (a
+    scheduler's time limit, `kill`) in 143, each with nothing left half written."""
+    # Here, not in the library: a conversion may run inside a training process, whose signal
+    # handlers are its own.
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         code = cli.main(standalone_mode=False)
     except (TraceFormatError, FileNotFoundError) as exc:
@@ -60,6 +76,9 @@ def main() -> None:
     except (KeyboardInterrupt, click.exceptions.Abort):
         click.echo("chakra-hooks: interrupted", err=True)
         sys.exit(130)
+    except _Terminated:
+        click.echo("chakra-hooks: terminated", err=True)
+        sys.exit(143)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)

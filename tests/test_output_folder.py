@@ -1,7 +1,7 @@
 """First contact with `convert`'s output folder and exits: earlier outputs are refused unless
 --overwrite (which replaces only ours), a failed run leaves nothing, an unwritable folder is one
 line, duplicate ranks are refused before any work, a file named twice is one file, Ctrl-C is
-exit 130."""
+exit 130, and SIGTERM is exit 143 with nothing left behind."""
 
 from __future__ import annotations
 
@@ -104,6 +104,41 @@ def test_ctrl_c_exits_130(dlrm_two_ranks, tmp_path):
                             timeout=120)
     assert result.returncode == 130, result.stderr
     assert "interrupted" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("folder_existed", [False, True])
+def test_sigterm_exits_143_and_leaves_nothing_behind(dlrm_two_ranks, tmp_path, folder_existed):
+    """A real SIGTERM (a scheduler's time limit) once a rank's ET is staged in the output
+    folder: Python's default ended the process there and left the staging folder, partial
+    ETs inside, and the output folder it had made."""
+    out = tmp_path / "out"
+    if folder_existed:
+        out.mkdir()
+        (out / "notes.txt").write_text("the user's")
+    script = textwrap.dedent(f"""
+        import os, signal, sys, time
+        import chakra_hooks.convert as conv
+        from chakra_hooks.cli import main
+
+        real = conv.convert_job
+        def convert_job(*args, **kwargs):
+            done = real(*args, **kwargs)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+            return done
+        conv.convert_job = convert_job
+        sys.argv = ["chakra-hooks", "convert", {str(dlrm_two_ranks)!r}, "-o", {str(out)!r},
+                    "-j", "1"]
+        main()
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 143, result.stderr
+    assert "terminated" in result.stderr and "Traceback" not in result.stderr
+    if folder_existed:
+        assert [p.name for p in out.iterdir()] == ["notes.txt"]
+    else:
+        assert not out.exists()
 
 
 def test_overwrite_replaces_only_the_prefix_being_written(dlrm_two_ranks, tmp_path):
