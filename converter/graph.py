@@ -48,9 +48,9 @@ _NODE_TYPE = {
 }
 _COMM_KINDS = frozenset({OpKind.COLLECTIVE, OpKind.SEND, OpKind.RECV})
 
-Deps = Union[int, tuple[Sequence, Sequence]]
-"""A node's dependencies: its one source as ``source << 3 | kind`` (_one_source), else
-(data_deps, ctrl_deps)."""
+Deps = Union[int, tuple[int, int], list[Sequence]]
+"""A node's dependencies: its one source as ``source << 3 | kind`` (_one_source), its two
+sources as a pair of such ints (in the order their edges came), else [data_deps, ctrl_deps]."""
 
 
 @dataclass
@@ -162,9 +162,10 @@ def _resolve_edges(trace: LinkedTrace, ops: list[Op], all_kept: bool = False,
     kept: dict[int, Op] | list[Op] = ops if by_place else {op.uid: op for op in ops}
     known = kept if all_kept else {op.uid for op in trace.ops}
     count = len(ops)
-    # The edge map: node -> its sources. Most nodes have one, held with its edge's kind in one
-    # int (see _one_source); a dict {source: kind} from a second source on. A dict each took
-    # most of a large XLA device's conversion memory (docs/performance.md).
+    # The edge map: node -> its sources. Most nodes have one or two (a kernel: its launch and
+    # its stream), each held with its edge's kind in one int (see _one_source): one int, or a
+    # pair of them; a dict {source: kind} from a third source on. A dict each took most of a
+    # large XLA device's conversion memory (docs/performance.md).
     incoming: dict[int, object] = {}
     edges = trace.edges
     stats = {"edges_in": len(edges), "edges_missing_end": 0, "edges_self": 0, "edges_against_time": 0}
@@ -190,9 +191,20 @@ def _resolve_edges(trace: LinkedTrace, ops: list[Op], all_kept: bool = False,
             elif type(slot) is int:
                 first = slot >> 3
                 if first != src:
-                    incoming[dst] = {first: slot & 7, src: kind}
+                    incoming[dst] = ((slot, _one_source(src, kind)) if src >= 0
+                                     else {first: slot & 7, src: kind})
                 elif slot & 7 != _DATA:  # DATA wins over order edges between the same pair
                     incoming[dst] = _one_source(src, kind)
+            elif type(slot) is tuple:
+                a, b = slot
+                if a >> 3 == src:
+                    if a & 7 != _DATA:  # the pair keeps the order the sources came in
+                        incoming[dst] = (_one_source(src, kind), b)
+                elif b >> 3 == src:
+                    if b & 7 != _DATA:
+                        incoming[dst] = (a, _one_source(src, kind))
+                else:
+                    incoming[dst] = {a >> 3: a & 7, b >> 3: b & 7, src: kind}
             elif slot.get(src) != _DATA:
                 slot[src] = kind
     if has_parent or len(kept) < len(known):
@@ -211,8 +223,8 @@ def _resolve_edges(trace: LinkedTrace, ops: list[Op], all_kept: bool = False,
                 raise ValueError(f"rank {trace.rank}: the linked trace's dependencies form a "
                                  "cycle even in time order (a linker bug)")
     # The edge map becomes the dependencies in place (a second map beside it would double
-    # what a large device's conversion holds): a node's one source stays one int, which
-    # _make_node reads as such, and a dict of sources becomes (data_deps, ctrl_deps).
+    # what a large device's conversion holds): a node's one source stays one int and two a
+    # pair, which _make_node reads as such, and a dict of sources becomes [data, ctrl].
     if len(kept) < len(known):
         for dst in [dst for dst in incoming if dst not in kept]:
             del incoming[dst]
@@ -221,9 +233,12 @@ def _resolve_edges(trace: LinkedTrace, ops: list[Op], all_kept: bool = False,
         if type(sources) is int:
             edges_out += 1
             continue
+        if type(sources) is tuple:
+            edges_out += 2
+            continue
         data = [s for s, k in sources.items() if k == _DATA]
         ctrl = [s for s, k in sources.items() if k != _DATA]
-        incoming[dst] = (data, ctrl)
+        incoming[dst] = [data, ctrl]
         edges_out += len(data) + len(ctrl)
     stats["edges_out"] = edges_out
     return incoming, stats
@@ -239,6 +254,9 @@ def _as_dicts(incoming: dict[int, object]) -> None:
     for dst, slot in incoming.items():
         if type(slot) is int:
             incoming[dst] = {slot >> 3: slot & 7}
+        elif type(slot) is tuple:
+            a, b = slot
+            incoming[dst] = {a >> 3: a & 7, b >> 3: b & 7}
 
 
 def _start_with_parents(incoming: dict[int, dict[int, EdgeKind]]) -> None:
@@ -336,6 +354,8 @@ def _in_time_order(incoming: dict[int, object], kept: dict[int, Op] | list[Op]) 
             return False
         if type(sources) is int:  # one source (see _resolve_edges)
             sources = (sources >> 3,)
+        elif type(sources) is tuple:  # two
+            sources = (sources[0] >> 3, sources[1] >> 3)
         for src in sources:
             src_op = kept[src] if by_place else kept.get(src)
             if src_op is None:
@@ -374,6 +394,12 @@ def _make_node(op: Op, deps: Deps | None, exact_unit: str, enc: NodeEncoder, tal
     elif type(deps) is int:  # one source (see _resolve_edges)
         one = (deps >> 3,)
         data, ctrl = (one, ()) if deps & 7 == _DATA else ((), one)
+    elif type(deps) is tuple:  # two, in the order their edges came
+        a, b = deps
+        if a & 7 == _DATA:
+            data, ctrl = ((a >> 3, b >> 3), ()) if b & 7 == _DATA else ((a >> 3,), (b >> 3,))
+        else:
+            data, ctrl = ((b >> 3,), (a >> 3,)) if b & 7 == _DATA else ((), (a >> 3, b >> 3))
     else:
         data, ctrl = deps
     start_ps, dur_ps = op.start_ps, op.dur_ps

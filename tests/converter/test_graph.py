@@ -119,6 +119,29 @@ def test_ops_numbered_by_place_convert_as_ops_numbered_otherwise(backwards: bool
     assert any(n.data_deps or n.ctrl_deps for n in by_place.nodes)
 
 
+@pytest.mark.parametrize("arriving, data, ctrl", [
+    # (source, kind) as the edges come; a node's deps keep that order, and DATA wins over an
+    # order edge between the same two ops whichever comes first
+    ([(1, "SYNC"), (2, "STREAM_ORDER")], [], [1, 2]),
+    ([(2, "DATA"), (1, "LAUNCH")], [2], [1]),
+    ([(1, "LAUNCH"), (2, "DATA")], [2], [1]),
+    ([(2, "DATA"), (1, "DATA")], [2, 1], []),
+    ([(1, "SYNC"), (2, "STREAM_ORDER"), (1, "DATA")], [1], [2]),
+    ([(1, "SYNC"), (2, "STREAM_ORDER"), (1, "LAUNCH")], [], [1, 2]),
+    ([(1, "SYNC"), (2, "STREAM_ORDER"), (2, "LAUNCH")], [], [1, 2]),
+    ([(1, "DATA"), (2, "STREAM_ORDER"), (1, "SYNC"), (2, "LAUNCH")], [1], [2]),
+    ([(2, "LAUNCH"), (1, "STREAM_ORDER"), (3, "DATA"), (1, "DATA")], [1, 3], [2]),
+    ([(2, "LAUNCH"), (2, "STREAM_ORDER"), (2, "DATA"), (2, "SYNC")], [2], []),
+])
+def test_a_nodes_deps_keep_the_order_their_edges_came_in(arriving, data, ctrl) -> None:
+    """One source, two (held as a pair) and three or more (a dict) give the same deps."""
+    ops = [Op(uid, f"op{uid}", OpKind.COMPUTE, True, "stream:0:1", uid * US, US // 2)
+           for uid in range(5)]
+    edges = [Edge(src, 4, EdgeKind[kind]) for src, kind in arriving]
+    node = build_graph(LinkedTrace(0, "pytorch", "test clock", ops, edges)).nodes[4]
+    assert (list(node.data_deps), list(node.ctrl_deps)) == (data, ctrl)
+
+
 def test_unknown_target_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown target"):
         build_graph(small_trace(), target="ns3")
