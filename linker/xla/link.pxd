@@ -10,6 +10,13 @@ cpdef void _order_edges(list edges, list ops, list firsts, Py_ssize_t before, Py
                         object kind) except *
 
 
+@cython.locals(k=Py_ssize_t, at=Py_ssize_t, last=Py_ssize_t, j=Py_ssize_t, e=Py_ssize_t,
+               running=list)
+cpdef void _lane_edges(list edges, list ops, list firsts, const long long[:] on_lane,
+                       const long long[:] order, object start_ps, object dur_ps,
+                       object kind) except *
+
+
 @cython.locals(k=Py_ssize_t, before=Py_ssize_t, after=Py_ssize_t)
 cpdef bint _one_at_a_time(const long long[:] on_lane, const long long[:] order, object start_ps,
                           object dur_ps) except -1

@@ -592,27 +592,37 @@ class _DeviceLinker:
             on_lane.append(at)
         edges, stream_order = self.trace.edges, EdgeKind.STREAM_ORDER
         for on_lane in by_lane.values():
-            # The usual stream runs one op at a time: then what had finished last when an op
-            # started is the op before it (ends follow starts), which the heap walk finds at a cost.
-            chained = _one_at_a_time(on_lane, order, start_ps, dur_ps)
-            running: list[tuple[int, int, int]] = []  # heap of (end, k, k): the lane's k-th event
-            last: int | None = None
-            for k, at in enumerate(on_lane):
-                if chained:
-                    last = k - 1 if k else None
-                else:
-                    start = start_ps[order[at]]
-                    while running and running[0][0] <= start:
-                        end, _, j = heapq.heappop(running)
-                        if last is None:
-                            last = j
-                        else:
-                            e = order[on_lane[last]]
-                            if (start_ps[e] + dur_ps[e], last) <= (end, j):
-                                last = j
-                    heapq.heappush(running, (start + dur_ps[order[at]], k, k))
-                if last is not None:
-                    _order_edges(edges, ops, firsts, on_lane[last], at, stream_order)
+            _lane_edges(edges, ops, firsts, on_lane, order, start_ps, dur_ps, stream_order)
+
+
+def _lane_edges(edges: list[Edge], ops: list[Op], firsts: list[int], on_lane: Sequence[int],
+                order: Sequence[int], start_ps: Sequence[int], dur_ps: Sequence[int],
+                kind: EdgeKind) -> None:
+    """One lane's stream-order edges: each of its events (``on_lane``: their places in
+    linking ``order``, in start order) waits for the latest of them that had finished when it
+    started."""
+    # The usual stream runs one op at a time: then what had finished last when an op started
+    # is the op before it (ends follow starts), which the heap walk finds at a cost.
+    if _one_at_a_time(on_lane, order, start_ps, dur_ps):
+        for k in range(1, len(on_lane)):
+            _order_edges(edges, ops, firsts, on_lane[k - 1], on_lane[k], kind)
+        return
+    running: list[tuple[int, int, int]] = []  # heap of (end, k, k): the lane's k-th event
+    last = -1  # none yet
+    for k in range(len(on_lane)):
+        at = on_lane[k]
+        start = start_ps[order[at]]
+        while running and running[0][0] <= start:
+            end, _, j = heapq.heappop(running)
+            if last < 0:
+                last = j
+            else:
+                e = order[on_lane[last]]
+                if (start_ps[e] + dur_ps[e], last) <= (end, j):
+                    last = j
+        heapq.heappush(running, (start + dur_ps[order[at]], k, k))
+        if last >= 0:
+            _order_edges(edges, ops, firsts, on_lane[last], at, kind)
 
 
 def _new_op(ops: list[Op], ev: DeviceEvent, kind: OpKind, name: str | None = None) -> Op:
