@@ -313,6 +313,8 @@ def _device_ids(job: RankJob, devices: list[Device], path: Path) -> dict[int, in
 # it: Chakra times are whole microseconds.
 _EDGE_SLACK_PS = 1_000_000
 
+_UNSEEN = object()  # a key not looked up yet (None is a looked-up key's "no module")
+
 
 @dataclass(slots=True)
 class _DeviceLinker:
@@ -330,6 +332,8 @@ class _DeviceLinker:
     module_of: list[hlo.HloModule | None] = field(default_factory=list)
     inst_of: list[hlo.Instruction | None] = field(default_factory=list)
     text_modules: dict[str, hlo.HloModule] = field(default_factory=dict)
+    # module key -> its module (None: none known), looked up once per key, not per event
+    module_by_key: dict[str, hlo.HloModule | None] = field(default_factory=dict)
     runs: dict[str, list[object]] = field(default_factory=dict)  # module -> exec keys in order
     has_transfers: bool = False  # the device has Async XLA Ops transfer spans (set in link())
     # (id(module), id(instruction)) -> (module, instruction, outputs JSON, inputs JSON or None):
@@ -371,10 +375,16 @@ class _DeviceLinker:
         return self.trace
 
     def _resolve(self, ev: DeviceEvent) -> tuple[hlo.HloModule | None, hlo.Instruction | None]:
-        module = self.modules.get(ev.module_key) or self.modules.get(ev.module_key.split("(")[0])
+        key = ev.module_key
+        module = self.module_by_key.get(key, _UNSEEN)
+        if module is _UNSEEN:
+            module = self.module_by_key[key] = (self.modules.get(key)
+                                                or self.modules.get(key.split("(")[0]))
         inst = module.instruction(ev.name) if module is not None else None
         if inst is None and ev.text is not None:  # TPU: the event name is the instruction
-            module = self.text_modules.setdefault(ev.module_key, hlo.HloModule(ev.module_key, source="event text"))
+            module = self.text_modules.get(key)
+            if module is None:
+                module = self.text_modules[key] = hlo.HloModule(key, source="event text")
             inst = module.instruction(ev.name)
             if inst is None:
                 try:
