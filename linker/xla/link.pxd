@@ -5,6 +5,13 @@ from chakra_hooks.linker.model cimport Edge, Op
 from chakra_hooks.linker.xla.devices cimport DeviceEvent
 
 
+# the end as the list's own integer object: no C integer to box again for the arithmetic
+cpdef object _event_end(list ops, list firsts, Py_ssize_t at)
+
+
+cpdef list _event_uids(list ops, list firsts, Py_ssize_t at)
+
+
 @cython.locals(src_ops=Py_ssize_t, dst_ops=Py_ssize_t)
 cpdef void _order_edges(list edges, list ops, list firsts, Py_ssize_t before, Py_ssize_t after,
                         object kind) except *

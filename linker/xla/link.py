@@ -529,7 +529,7 @@ class _DeviceLinker:
                 if k < 0:
                     continue
                 src = uids[k]
-                mine = self._uids(at)
+                mine = _event_uids(self.trace.ops, self.firsts, at)
                 for dst in mine:
                     # uids follow start order, so src < dst keeps the graph acyclic
                     if src < mine[0] and (src, dst) not in seen:
@@ -573,18 +573,10 @@ class _DeviceLinker:
                 if k < len(lane_ops):
                     self.trace.edges.append(Edge(load.uid, lane_ops[k].uid, EdgeKind.SYNC))
 
-    def _uids(self, at: int) -> list[int]:
-        """The uids of the ops of the event at ``at`` in linking order: the ops' own integers,
-        which the edges then share (a range would make an integer per edge)."""
-        firsts, ops = self.firsts, self.trace.ops
-        first = firsts[at]
-        end = firsts[at + 1] if at + 1 < len(firsts) else len(ops)
-        return [first] if end - first == 1 else [ops[u].uid for u in range(first, end)]
-
     def _result_uid(self, at: int) -> int:
         """The op whose output consumers read: the RECV of a permute, else the last op."""
         ops = self.trace.ops
-        uids = self._uids(at)
+        uids = _event_uids(ops, self.firsts, at)
         return next((u for u in uids if ops[u].kind == OpKind.RECV), uids[-1])
 
     def _stream_edges(self) -> None:
@@ -650,20 +642,32 @@ def _new_op(ops: list[Op], ev: DeviceEvent, kind: OpKind, name: str | None = Non
     return op
 
 
+def _event_end(ops: list[Op], firsts: list[int], at: int) -> int:
+    """The uid after the last op of the event at ``at`` in linking order (``firsts``: each
+    event's first uid; an event's ops are made one after the other)."""
+    return firsts[at + 1] if at + 1 < len(firsts) else len(ops)
+
+
+def _event_uids(ops: list[Op], firsts: list[int], at: int) -> list[int]:
+    """The uids of the ops of the event at ``at`` in linking order: the ops' own integers,
+    which the edges then share (a range would make an integer per edge)."""
+    first, end = firsts[at], _event_end(ops, firsts, at)
+    return [first] if end - first == 1 else [ops[u].uid for u in range(first, end)]
+
+
 def _order_edges(edges: list[Edge], ops: list[Op], firsts: list[int], before: int, after: int,
                  kind: EdgeKind) -> None:
     """Every op of the event at ``after`` (in linking order) waits for every op of the one at
-    ``before`` (``firsts``: each event's first uid). Edges hold the ops' own uid integers."""
+    ``before``. Edges hold the ops' own uid integers."""
     src, dst = firsts[before], firsts[after]
-    src_end = firsts[before + 1]  # before < after: an event follows it
-    dst_end = firsts[after + 1] if after + 1 < len(firsts) else len(ops)
-    src_ops, dst_ops = src_end - src, dst_end - dst
+    src_ops = _event_end(ops, firsts, before) - src
+    dst_ops = _event_end(ops, firsts, after) - dst
     if src_ops == 1 and dst_ops == 1:  # the usual event: one op
         edges.append(Edge(src, dst, kind))
         return
-    for s in range(src, src_end):
-        for d in range(dst, dst_end):
-            edges.append(Edge(ops[s].uid, ops[d].uid, kind))
+    for s in _event_uids(ops, firsts, before):
+        for d in _event_uids(ops, firsts, after):
+            edges.append(Edge(s, d, kind))
 
 
 def _one_at_a_time(on_lane: Sequence[int], order: Sequence[int], start_ps: Sequence[int],
