@@ -86,7 +86,8 @@ class CommInfo:
 class TensorIO:
     """Inputs or outputs as the Chakra ``IOInfo`` strings: JSON text, as the ET has it, as a
     str or as its UTF-8 bytes (a PyTorch ET's text stays the bytes the file has, which the
-    writer copies as they are)."""
+    writer copies as they are). Ops may share one (every run of an XLA instruction does):
+    nothing changes a TensorIO once made."""
 
     values: str | bytes = ""
     shapes: str | bytes = ""
@@ -116,6 +117,28 @@ class Op:
         # dataclasses module in every __init__ that runs a default factory.
         if self.attrs is None:
             self.attrs = {}
+
+
+class SharedKeyAttrs:
+    """Makes ``Op.attrs`` dicts for the many ops of a trace whose attribute names come from one
+    small set known in advance (an XLA kernel's, a host launch's, an idle stretch's).
+
+    Each dict is made as the ``__dict__`` of an instance of a class of this set's own, so
+    CPython keeps the names in one table for all of them and each dict holds only its values
+    (a key-sharing dict, PEP 412): 112 bytes for up to five items against 184 for a dict made
+    with ``{}``, and 88 against 184 for one item. They are dicts like any other to every reader;
+    one that takes a name outside the set becomes an ordinary dict, as a growing dict does.
+    """
+
+    def __init__(self, *names: str) -> None:
+        self._holder = type("Attrs", (), {})
+        table = self._holder().__dict__  # the first dict fills the class's table of names
+        for name in names:
+            table[name] = None
+
+    def new(self) -> dict:
+        """An empty attribute dict that shares this set's names."""
+        return self._holder().__dict__
 
 
 @dataclass  # slotted by linker/model.pxd when compiled (a C class)

@@ -23,7 +23,7 @@ import orjson
 from chakra_hooks.common.errors import TraceFormatError
 from chakra_hooks.linker.xla import hlo
 from chakra_hooks.linker.model import (
-    CommInfo, CommType, Edge, EdgeKind, LinkedTrace, Op, OpKind, TensorIO,
+    CommInfo, CommType, Edge, EdgeKind, LinkedTrace, Op, OpKind, SharedKeyAttrs, TensorIO,
 )
 from chakra_hooks.linker.sources import RankJob, TraceStream
 from chakra_hooks.linker.gc_pause import gc_paused
@@ -40,6 +40,11 @@ COMM_TYPES: dict[str, CommType] = {
     "ragged-all-to-all": CommType.ALL_TO_ALL,
     "collective-broadcast": CommType.BROADCAST,
 }
+
+# A device's ops and launches are most of what a conversion holds: their attribute dicts
+# share their names (the order here is the order _new_op and _describe set them in).
+_KERNEL_ATTRS = SharedKeyAttrs("hlo_module", "hlo_category", "correlation", "hlo_op", "hlo_opcode")
+_LAUNCH_ATTRS = SharedKeyAttrs("correlation")
 
 
 def load(job: RankJob) -> list[LinkedTrace]:
@@ -230,7 +235,8 @@ def _add_host_launches(trace: LinkedTrace, launches: _Launches, found: _HostLaun
         corr = launches.corr[i]
         op = Op(uid=len(trace.ops), name=names[launches.metadata[i]], kind=OpKind.COMPUTE,
                 on_device=False, lane=lane, start_ps=base + launches.offset[i],
-                dur_ps=launches.dur[i], attrs={"correlation": corr})
+                dur_ps=launches.dur[i], attrs=_LAUNCH_ATTRS.new())
+        op.attrs["correlation"] = corr
         trace.ops.append(op)
         trace.edges.append(Edge(op.uid, device_op[corr], EdgeKind.LAUNCH))
         added.append(op)
@@ -336,9 +342,9 @@ class _DeviceLinker:
     module_by_key: dict[str, hlo.HloModule | None] = field(default_factory=dict)
     runs: dict[str, list[object]] = field(default_factory=dict)  # module -> exec keys in order
     has_transfers: bool = False  # the device has Async XLA Ops transfer spans (set in link())
-    # (id(module), id(instruction)) -> (module, instruction, outputs JSON, inputs JSON or None):
-    # every run of an instruction has the same shapes, so they are turned into JSON once
-    io_json: dict[tuple[int, int], tuple] = field(default_factory=dict)
+    # (id(module), id(instruction)) -> (module, instruction, outputs, inputs or None) as
+    # TensorIO: every run of an instruction has the same shapes, turned into JSON once
+    io_of: dict[tuple[int, int], tuple] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         dev = self.dev
@@ -472,16 +478,19 @@ class _DeviceLinker:
     def _describe(self, op: Op, module: hlo.HloModule, inst: hlo.Instruction) -> None:
         op.attrs["hlo_op"] = inst.name
         op.attrs["hlo_opcode"] = inst.opcode
-        cached = self.io_json.get((id(module), id(inst)))  # the entry keeps both alive: ids stay unique
+        # Every run of an instruction shares its two TensorIO objects (nothing changes one once
+        # made): 112 bytes an op less than a pair each.
+        cached = self.io_of.get((id(module), id(inst)))  # the entry keeps both alive: ids stay unique
         if cached is None:
             inputs = None
             if inst.operands:
-                inputs = _io_json([module.operand_shape(inst, i) for i in range(len(inst.operands))])
-            cached = self.io_json[(id(module), id(inst))] = (module, inst, _io_json([inst.shape]), inputs)
-        _, _, outputs, inputs = cached
-        op.outputs = TensorIO(values="", shapes=outputs[0], types=outputs[1])
-        if inputs is not None:
-            op.inputs = TensorIO(values="", shapes=inputs[0], types=inputs[1])
+                shapes, types = _io_json([module.operand_shape(inst, i)
+                                          for i in range(len(inst.operands))])
+                inputs = TensorIO(values="", shapes=shapes, types=types)
+            shapes, types = _io_json([inst.shape])
+            cached = self.io_of[(id(module), id(inst))] = (
+                module, inst, TensorIO(values="", shapes=shapes, types=types), inputs)
+        _, _, op.outputs, op.inputs = cached
 
     # -- edges ----------------------------------------------------------------------------
 
@@ -629,9 +638,9 @@ def _lane_edges(edges: list[Edge], ops: list[Op], firsts: list[int], on_lane: Se
 
 def _new_op(ops: list[Op], ev: DeviceEvent, kind: OpKind, name: str | None = None) -> Op:
     """The op of device event ``ev`` (one of them, for a permute), appended to ``ops``."""
+    attrs = _KERNEL_ATTRS.new()
     op = Op(len(ops), name or ev.name, kind, True, ev.lane, ev.start_ps, ev.dur_ps, None,
-            ev.bytes_accessed, ev.flops)
-    attrs = op.attrs
+            ev.bytes_accessed, ev.flops, None, None, attrs)
     if ev.module_key:
         attrs["hlo_module"] = ev.module_key
     if ev.category:

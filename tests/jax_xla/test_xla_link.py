@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -143,6 +144,27 @@ def test_edges_hold_their_ops_own_uid_integers(tpu_traces: list[LinkedTrace]) ->
     kinds = Counter(e.kind for e in t.edges)
     assert len(t.ops) > 1000 and kinds[EdgeKind.DATA] > 1000 and kinds[EdgeKind.STREAM_ORDER] > 1000
     assert all(e.src is t.ops[e.src].uid and e.dst is t.ops[e.dst].uid for e in t.edges)
+
+
+def test_runs_of_an_instruction_share_what_they_have_in_common(tpu_traces: list[LinkedTrace],
+                                                                gpu_traces: list[LinkedTrace]) -> None:
+    """A device's ops are most of what a conversion holds, and the runs of one instruction
+    share their TensorIO objects; their attribute dicts share one table of names (a
+    key-sharing dict: smaller than the same items in a dict of their own, on CPython)."""
+    t = tpu_traces[1]
+    described = [op for op in t.ops if op.outputs is not None]
+    by_inst: dict[tuple, list[Op]] = {}
+    for op in described:
+        by_inst.setdefault((op.attrs["hlo_module"], op.attrs["hlo_op"]), []).append(op)
+    repeated = [ops for ops in by_inst.values() if len(ops) > 1]
+    assert len(repeated) > 10 and sum(len(ops) for ops in repeated) > 1000
+    for ops in repeated:
+        assert all(op.outputs is ops[0].outputs and op.inputs is ops[0].inputs for op in ops)
+    if sys.implementation.name == "cpython":
+        launches = [op for t in gpu_traces for op in t.ops if not op.on_device]
+        for op in described[:100] + launches[:100]:
+            assert sys.getsizeof(op.attrs) < sys.getsizeof(dict(op.attrs)), op.attrs
+        assert launches and all(list(op.attrs) == ["correlation"] for op in launches)
 
 
 def test_gpu_one_trace_per_gpu_with_stream_order(gpu_traces: list[LinkedTrace]) -> None:
