@@ -21,6 +21,7 @@ from __future__ import annotations
 import mmap
 import zlib
 from collections.abc import Iterator
+from itertools import chain
 from pathlib import Path
 from typing import Union
 
@@ -64,17 +65,13 @@ def _line_schema():
         line.field.add(name=name, number=num, type=typ, label=F.LABEL_OPTIONAL)
     line.field.add(name="events", number=4, type=F.TYPE_MESSAGE, label=F.LABEL_REPEATED,
                    type_name=".chakra_hooks.xspace_lines.RawStatsEvent")
-    # Only the name (field 2 of both XPlane and XLine), to find planes and lines without
-    # decoding them in Python (upb skips the other fields as unknown, at C speed).
-    head = fd.message_type.add(name="NameOnly")
-    head.field.add(name="name", number=2, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
     pool = xspace_pb2.DESCRIPTOR.pool
     pool.AddSerializedFile(fd.SerializeToString())
-    return tuple(message_factory.GetMessageClass(pool.FindMessageTypeByName(f"chakra_hooks.xspace_lines.{n}"))
-                 for n in ("RawStatsLine", "NameOnly"))
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(
+        "chakra_hooks.xspace_lines.RawStatsLine"))
 
 
-RawStatsLine, _NameOnly = _line_schema()
+RawStatsLine = _line_schema()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -92,6 +89,68 @@ def _read_varint(data, pos: int) -> tuple[int, int]:
         if byte < 0x80:
             return value, pos
         shift += 7
+
+
+def _name_of(data, start: int, end: int) -> str:
+    """Field 2 of the record data[start:end] (the name, in XPlane and XLine alike; the last
+    one, as protobuf reads a repeated field), found by stepping over the other fields:
+    decoding the record for it would copy them all (a plane's lines) and read every page of
+    them. Raises ValueError(offset, what)."""
+    found = None
+    for num, rec, a, b in _fields(data, start, end):
+        if num == 2:
+            if data[rec] != 0x12:
+                raise ValueError(rec, "field 2 (the name) as a string")
+            found = a, b
+    if found is None:
+        return ""
+    try:
+        return str(data[found[0]:found[1]], "utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(found[0], "UTF-8 text in field 2 (the name)") from None
+
+
+def _line_parts(data, start: int, end: int, part_bytes: int
+                ) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """Where an XLine record's fields lie in data[start:end]: (the records of its own fields,
+    its event records in parts of at most ``part_bytes`` (or one event), each part a run of
+    consecutive event records); raises ValueError(offset, what) on damage, as _fields does.
+    Runs for every event of a long line, so an event record (key 0x22) is stepped over
+    inline."""
+    head: list[tuple[int, int]] = []
+    parts: list[tuple[int, int]] = []
+    first = -1  # where the part being gathered starts (-1: none)
+    pos = start
+    while pos < end:
+        rec = pos
+        if data[pos] == 0x22:  # field 4, an event
+            try:
+                length = data[pos + 1]
+                pos += 2
+                if length >= 0x80:  # events of 128 bytes or more
+                    length, pos = _read_varint(memoryview(data), pos - 1)
+            except IndexError:
+                raise ValueError(rec, "a complete varint (truncated?)") from None
+            pos += length
+            if pos > end:
+                raise ValueError(rec, f"{length} bytes of field 4, but the record ends after "
+                                      f"{end - (pos - length)} (truncated?)")
+            if first < 0:
+                first = rec
+            elif pos - first > part_bytes:
+                parts.append((first, rec))
+                first = rec
+            continue
+        if first >= 0:  # any other field ends a run of events
+            parts.append((first, rec))
+            first = -1
+        for _, _, _, field_end in _fields(data, rec, end):
+            head.append((rec, field_end))
+            pos = field_end
+            break
+    if first >= 0:
+        parts.append((first, pos))
+    return head, parts
 
 
 def _fields(data, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
@@ -153,9 +212,9 @@ class XSpaceFile:
             raise TraceFormatError(path, f"top-level record {record} at byte {offset}", what) from None
         for index, (a, b) in enumerate(self.spans):
             try:
-                self.plane_names.append(_NameOnly.FromString(view[a:b]).name)
-            except DecodeError as err:
-                raise TraceFormatError(path, f"plane {index} at byte {a}", f"a well-formed XPlane (decoder: {err})") from None
+                self.plane_names.append(_name_of(view, a, b))
+            except ValueError as err:
+                raise TraceFormatError(path, f"plane {index} at byte {err.args[0]}", err.args[1]) from None
         if not self.spans:
             raise TraceFormatError(path, f"byte 0 of {len(data)}", "an XSpace with at least one plane")
 
@@ -171,12 +230,19 @@ class XSpaceFile:
         process and are read again from the file if the plane is decoded again); a no-op for
         bytes in memory. Device collection calls it after each plane, so that a profile's
         device planes are never all resident at once beside their events."""
-        if not isinstance(self.data, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED"):
-            return
-        start, end = self.spans[index]
-        first, last = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE, end // mmap.PAGESIZE * mmap.PAGESIZE
-        if last > first:
-            self.data.madvise(mmap.MADV_DONTNEED, first, last - first)
+        _release(self.data, *self.spans[index])
+
+
+def _release(data, start: int, end: int) -> None:
+    """Let the whole pages of data[start:end] go, where data is a mapped file (or a view of
+    one): they leave the process, and are read from the file again if touched again."""
+    if isinstance(data, memoryview):
+        data = data.obj
+    if not isinstance(data, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    first, last = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE, end // mmap.PAGESIZE * mmap.PAGESIZE
+    if last > first:
+        data.madvise(mmap.MADV_DONTNEED, first, last - first)
 
 
 def read_xspace(path: Path | str) -> XSpaceFile:
@@ -217,6 +283,49 @@ def find_plane(space: XSpaceFile, name: str) -> PlaneView | None:
 
 # ---------------------------------------------------------------------------------------------
 # One plane
+
+# A line with more bytes than this is decoded a part of its events at a time (PartedLine):
+# decoded, an event takes about five times its bytes, and one GPU stream of a long profile is a
+# line of millions of events.
+_LINE_PART_BYTES = 1 << 20
+
+
+class PartedLine:
+    """A long line: its own fields decoded (``head``, a RawStatsLine without events), its
+    events decoded about _LINE_PART_BYTES at a time as ``events`` is iterated. Reads as a
+    RawStatsLine does for what the linker asks of a line (its name, timestamp and events, in
+    order), but ``events`` can only be iterated."""
+
+    __slots__ = ("head", "_data", "_parts", "_path", "_where")
+
+    def __init__(self, head: RawStatsLine, data, parts: list[tuple[int, int]],
+                 path: Path | str, where: str) -> None:
+        self.head = head
+        self._data, self._parts, self._path, self._where = data, parts, path, where
+
+    @property
+    def name(self) -> str:
+        return self.head.name
+
+    @property
+    def display_name(self) -> str:
+        return self.head.display_name
+
+    @property
+    def timestamp_ns(self) -> int:
+        return self.head.timestamp_ns
+
+    @property
+    def events(self) -> Iterator:
+        return chain.from_iterable(self._part(a, b).events for a, b in self._parts)
+
+    def _part(self, a: int, b: int) -> RawStatsLine:
+        try:
+            return RawStatsLine.FromString(self._data[a:b])  # event records alone: a valid XLine
+        except DecodeError as err:
+            raise TraceFormatError(self._path, f"{self._where}, events at byte {a}",
+                                   f"a well-formed XLine (decoder: {err})") from None
+
 
 _VARINT_STATS = {0x18: "uint64_value", 0x20: "int64_value", 0x38: "ref_value"}  # tags, id 1 first
 _U64 = (1 << 64) - 1
@@ -279,39 +388,49 @@ class PlaneView:
             for i in range(len(self._line_spans)):
                 a, b = self._line_spans[i]
                 try:
-                    names.append(_NameOnly.FromString(self._data[a:b]).name)
-                except DecodeError as err:
-                    raise TraceFormatError(self.path, f"{self.where}, line {i} at byte {a}",
-                                           f"a well-formed XLine (decoder: {err})") from None
+                    names.append(_name_of(self._data, a, b))
+                except ValueError as err:
+                    raise TraceFormatError(self.path, f"{self.where}, line {i} at byte {err.args[0]}",
+                                           err.args[1]) from None
             self._line_names = names
         return self._line_names
 
-    def lines(self) -> Iterator[RawStatsLine]:
-        """Every line, decoded when reached (let it go before the next to keep memory low)."""
+    def lines(self) -> Iterator[RawStatsLine | PartedLine]:
+        """Every line, decoded when reached (let it go before the next to keep memory low; a
+        long line's events are decoded a part at a time: PartedLine). A mapped file's pages of
+        a line leave the process when the next line is asked for."""
         for i in range(len(self._line_spans)):
             yield self._line(i)
+            _release(self._data, *self._line_spans[i])
 
-    def line(self, name: str) -> RawStatsLine | None:
+    def line(self, name: str) -> RawStatsLine | PartedLine | None:
         """The first line called ``name``."""
         for i, line_name in enumerate(self.line_names()):
             if line_name == name:
                 return self._line(i)
         return None
 
-    def _line(self, i: int) -> RawStatsLine:
+    def _line(self, i: int) -> RawStatsLine | PartedLine:
         a, b = self._line_spans[i]
+        where = f"{self.where}, line {i} at byte {a}"
         try:
-            return RawStatsLine.FromString(self._data[a:b])
+            if b - a <= _LINE_PART_BYTES:
+                return RawStatsLine.FromString(self._data[a:b])
+            head, parts = _line_parts(self._data, a, b, _LINE_PART_BYTES)
+            data = self._data
+            return PartedLine(RawStatsLine.FromString(b"".join([data[r:e] for r, e in head])),
+                              data, parts, self.path, where)
+        except ValueError as err:
+            raise TraceFormatError(self.path, f"{where}, byte {err.args[0]}", err.args[1]) from None
         except DecodeError as err:
-            raise TraceFormatError(self.path, f"{self.where}, line {i} at byte {a}",
-                                   f"a well-formed XLine (decoder: {err})") from None
+            raise TraceFormatError(self.path, where, f"a well-formed XLine (decoder: {err})") from None
 
     @staticmethod
-    def line_base_ps(line: RawStatsLine) -> int:
+    def line_base_ps(line: RawStatsLine | PartedLine) -> int:
         """The session time of the line's offset 0: an event starts at this + ``offset_ps``."""
         return line.timestamp_ns * 1000
 
-    def events(self, line: RawStatsLine) -> Iterator[tuple[int, int, int, object]]:
+    def events(self, line: RawStatsLine | PartedLine) -> Iterator[tuple[int, int, int, object]]:
         base = self.line_base_ps(line)
         for ev in line.events:
             yield ev.metadata_id, base + ev.offset_ps, ev.duration_ps, ev.stats
@@ -467,7 +586,7 @@ def _decompress(raw: bytes) -> str:
         return raw.decode("utf-8", "replace")
 
 
-def device_clock_offset(view: PlaneView, line: RawStatsLine) -> int | None:
+def device_clock_offset(view: PlaneView, line: RawStatsLine | PartedLine) -> int | None:
     """Session-clock minus chip-clock offset for a TPU plane, in ps, or None without device times.
 
     Every TPU op carries ``device_offset_ps`` (the chip's counter) next to its session-clock

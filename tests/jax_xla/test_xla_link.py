@@ -201,6 +201,21 @@ def test_convert_end_to_end_validates(corpus: Path, tmp_path: Path, name: str) -
         assert result.comm_group is not None and result.comm_group.exists()
 
 
+@pytest.mark.parametrize("name", [TPU, GPU])
+def test_lines_read_a_part_at_a_time_convert_to_the_same_bytes(
+        corpus: Path, tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Long lines are decoded a part of their events at a time (xspace.PartedLine): with
+    parts of 64 bytes, every line of these profiles is, and the ETs are the same bytes."""
+    convert_paths([corpus / name], tmp_path / "whole", workers=1, progress=False)
+    monkeypatch.setattr(xspace, "_LINE_PART_BYTES", 64)
+    convert_paths([corpus / name], tmp_path / "parts", workers=1, progress=False)
+    files = sorted(p.name for p in (tmp_path / "whole").iterdir())
+    assert files == sorted(p.name for p in (tmp_path / "parts").iterdir())
+    assert len([f for f in files if f.endswith(".et")]) >= 4
+    for f in files:
+        assert (tmp_path / "whole" / f).read_bytes() == (tmp_path / "parts" / f).read_bytes(), f
+
+
 def test_astra_sim_target_validates(tpu_traces: list[LinkedTrace]) -> None:
     for t in tpu_traces:
         g = graph.build_graph(t, target="astra-sim")

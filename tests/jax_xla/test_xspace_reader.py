@@ -149,10 +149,16 @@ def _full_stats(plane: xspace_pb2.XPlane, stats) -> dict:
     return out
 
 
+@pytest.mark.parametrize("part_bytes", [None, 64])
 @pytest.mark.parametrize("name", [TPU, GPU])
-def test_every_event_agrees_with_a_full_decode(corpus: Path, name: str) -> None:
+def test_every_event_agrees_with_a_full_decode(corpus: Path, name: str, part_bytes: int | None,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """Plane by plane, line by line, event by event: the lazy reader (lines decoded on demand,
-    stats kept as bytes and decoded through a cache) gives what a full ParseFromString gives."""
+    stats kept as bytes and decoded through a cache) gives what a full ParseFromString gives,
+    also where lines are decoded a part of their events at a time (every line, with parts
+    of 64 bytes)."""
+    if part_bytes is not None:
+        monkeypatch.setattr(xspace, "_LINE_PART_BYTES", part_bytes)
     data = (corpus / name).read_bytes()
     full = xspace_pb2.XSpace.FromString(data)
     space = xspace.parse_xspace(data, corpus / name)
@@ -162,6 +168,8 @@ def test_every_event_agrees_with_a_full_decode(corpus: Path, name: str) -> None:
         assert view.plane_stats() == _full_stats(plane, plane.stats)
         assert view.line_names() == [ln.name for ln in plane.lines]
         for line, full_line in zip(view.lines(), plane.lines, strict=True):
+            if part_bytes is not None and len(full_line.events) > 1:
+                assert isinstance(line, xspace.PartedLine) and line.name == full_line.name
             got = [(m, s, d, view.stats(st)) for m, s, d, st in view.events(line)]
             base = full_line.timestamp_ns * 1000
             want = [(e.metadata_id, base + e.offset_ps, e.duration_ps, _full_stats(plane, e.stats))
@@ -228,6 +236,39 @@ def test_damaged_plane_is_a_one_line_error(tmp_path: Path) -> None:
     with pytest.raises(TraceFormatError) as err:
         list(view.lines())
     assert "\n" not in str(err.value) and "line 0" in str(err.value) and str(bad) in str(err.value)
+
+
+def test_damage_in_a_long_line_is_a_one_line_error(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long line's events are decoded a part at a time: damage in a later part is found
+    when the events get there, and named like damage in a line decoded whole."""
+    monkeypatch.setattr(xspace, "_LINE_PART_BYTES", 16)
+    space = _space_with_big_times()
+    line = space.planes[0].lines[0]
+    for k in range(8):
+        line.events.add(metadata_id=5, offset_ps=1000 + k, duration_ps=3)
+    last = line.events.add(metadata_id=5, offset_ps=999_999, duration_ps=11)
+    good = space.SerializeToString()
+    raw_line, event = line.SerializeToString(), last.SerializeToString()
+    bad = tmp_path / "bad.xplane.pb"
+    # the last event's first field with a wire type that does not exist
+    bad.write_bytes(good.replace(raw_line, raw_line.replace(event, b"\x0f" + event[1:])))
+    view = xspace.read_xspace(bad).plane(0)
+    [parted] = view.lines()
+    assert isinstance(parted, xspace.PartedLine)
+    events = view.events(parted)
+    assert next(events)[1] == 1_795_307_354_765_663_656 * 1000 + 123_456_789_012_345
+    with pytest.raises(TraceFormatError) as err:
+        list(events)
+    assert "\n" not in str(err.value) and "line 0" in str(err.value) and str(bad) in str(err.value)
+    # a record that claims more bytes than the line has is found when the line is reached
+    record = b"\x22" + bytes([len(event)]) + event
+    assert raw_line.endswith(record)
+    cut = raw_line.replace(record, b"\x22" + bytes([len(event) + 40]) + event)
+    bad.write_bytes(good.replace(raw_line, cut))
+    with pytest.raises(TraceFormatError) as err:
+        list(xspace.read_xspace(bad).plane(0).lines())
+    assert "\n" not in str(err.value) and "line 0" in str(err.value) and "truncated" in str(err.value)
 
 
 def test_line_named_twice_is_found_by_its_decoded_name() -> None:
