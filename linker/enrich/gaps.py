@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from chakra_hooks.linker.model import Edge, EdgeKind, LinkedTrace, Op, OpKind, SharedKeyAttrs
+from chakra_hooks.linker.model import Edge, EdgeKind, LinkedTrace, Op, OpKind, shared_key_attrs
 
 GAP_NAME = "host_gap"
 MIN_GAP_PS = 1_000_000  # 1 us
@@ -141,9 +141,10 @@ def add_gaps(trace: LinkedTrace, per_resource: bool = False,
             slack = op.start_ps - ready
             on_device = op.on_device and occupies
             if slack >= (MIN_DEVICE_GAP_PS if on_device else MIN_GAP_PS):
+                attrs = _GapAttrs()
+                attrs.gap_ns = slack // 1000
                 gap = Op(next_uid, GAP_NAME, _COMPUTE, on_device, lane, ready, slack, None,
-                         None, None, None, None, _GAP_ATTRS.new())
-                gap.attrs["gap_ns"] = slack // 1000
+                         None, None, None, None, attrs.__dict__)
                 next_uid += 1
                 new_ops.append(gap)
                 if released_from >= 0:
@@ -203,7 +204,7 @@ def _placement(op: Op, per_resource: bool, dur: Callable[[Op], int], compute_lan
 
 WINDOW_ANCHOR = "window_anchor"
 # A launches profile has an idle stretch for every other op: its attributes share their names.
-_GAP_ATTRS = SharedKeyAttrs("gap_ns", WINDOW_ANCHOR)
+_GapAttrs = shared_key_attrs("gap_ns", WINDOW_ANCHOR)
 
 
 def add_window_anchor(trace: LinkedTrace) -> int | None:
@@ -220,10 +221,11 @@ def add_window_anchor(trace: LinkedTrace) -> int | None:
     for e in trace.edges:
         has_deps.add(e.dst)
     start = min([op.start_ps for op in timed])
+    attrs = _GapAttrs()
+    attrs.gap_ns = 0
+    setattr(attrs, WINDOW_ANCHOR, True)
     anchor = Op(max([op.uid for op in trace.ops]) + 1, GAP_NAME, _COMPUTE, False, "window",
-                start, 0, attrs=_GAP_ATTRS.new())
-    anchor.attrs["gap_ns"] = 0
-    anchor.attrs[WINDOW_ANCHOR] = True
+                start, 0, attrs=attrs.__dict__)
     for op in timed:
         if op.uid not in has_deps:
             trace.edges.append(Edge(anchor.uid, op.uid, _HOST_ORDER))

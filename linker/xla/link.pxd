@@ -29,5 +29,5 @@ cpdef bint _one_at_a_time(const long long[:] on_lane, const long long[:] order, 
                           object dur_ps) except -1
 
 
-@cython.locals(op=Op, attrs=dict)
+@cython.locals(op=Op)
 cpdef Op _new_op(list ops, DeviceEvent ev, object kind, str name=*)

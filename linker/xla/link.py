@@ -23,7 +23,7 @@ import orjson
 from chakra_hooks.common.errors import TraceFormatError
 from chakra_hooks.linker.xla import hlo
 from chakra_hooks.linker.model import (
-    CommInfo, CommType, Edge, EdgeKind, LinkedTrace, Op, OpKind, SharedKeyAttrs, TensorIO,
+    CommInfo, CommType, Edge, EdgeKind, LinkedTrace, Op, OpKind, TensorIO, shared_key_attrs,
 )
 from chakra_hooks.linker.sources import RankJob, TraceStream
 from chakra_hooks.linker.gc_pause import gc_paused
@@ -42,9 +42,9 @@ COMM_TYPES: dict[str, CommType] = {
 }
 
 # A device's ops and launches are most of what a conversion holds: their attribute dicts
-# share their names (the order here is the order _new_op and _describe set them in).
-_KERNEL_ATTRS = SharedKeyAttrs("hlo_module", "hlo_category", "correlation", "hlo_op", "hlo_opcode")
-_LAUNCH_ATTRS = SharedKeyAttrs("correlation")
+# share their names (model.shared_key_attrs; the order _new_op and _describe set them in).
+_KernelAttrs = shared_key_attrs("hlo_module", "hlo_category", "correlation", "hlo_op", "hlo_opcode")
+_LaunchAttrs = shared_key_attrs("correlation")
 
 
 def load(job: RankJob) -> list[LinkedTrace]:
@@ -233,10 +233,11 @@ def _add_host_launches(trace: LinkedTrace, launches: _Launches, found: _HostLaun
     for i in range(len(launches)):
         lane, base = lines[launches.line[i]]
         corr = launches.corr[i]
+        attrs = _LaunchAttrs()
+        attrs.correlation = corr
         op = Op(uid=len(trace.ops), name=names[launches.metadata[i]], kind=OpKind.COMPUTE,
                 on_device=False, lane=lane, start_ps=base + launches.offset[i],
-                dur_ps=launches.dur[i], attrs=_LAUNCH_ATTRS.new())
-        op.attrs["correlation"] = corr
+                dur_ps=launches.dur[i], attrs=attrs.__dict__)
         trace.ops.append(op)
         trace.edges.append(Edge(op.uid, device_op[corr], EdgeKind.LAUNCH))
         added.append(op)
@@ -638,15 +639,15 @@ def _lane_edges(edges: list[Edge], ops: list[Op], firsts: list[int], on_lane: Se
 
 def _new_op(ops: list[Op], ev: DeviceEvent, kind: OpKind, name: str | None = None) -> Op:
     """The op of device event ``ev`` (one of them, for a permute), appended to ``ops``."""
-    attrs = _KERNEL_ATTRS.new()
-    op = Op(len(ops), name or ev.name, kind, True, ev.lane, ev.start_ps, ev.dur_ps, None,
-            ev.bytes_accessed, ev.flops, None, None, attrs)
+    attrs = _KernelAttrs()
     if ev.module_key:
-        attrs["hlo_module"] = ev.module_key
+        attrs.hlo_module = ev.module_key
     if ev.category:
-        attrs["hlo_category"] = ev.category
+        attrs.hlo_category = ev.category
     if ev.correlation is not None:
-        attrs["correlation"] = ev.correlation
+        attrs.correlation = ev.correlation
+    op = Op(len(ops), name or ev.name, kind, True, ev.lane, ev.start_ps, ev.dur_ps, None,
+            ev.bytes_accessed, ev.flops, None, None, attrs.__dict__)
     ops.append(op)
     return op
 
