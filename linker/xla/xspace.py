@@ -5,9 +5,11 @@ Built for files of hundreds of MB with millions of events, read plane by plane:
 - the top-level records are split with a small varint walk (cheap: an XSpace has tens of
   records), so a plane is decoded only when asked for, and dropped when its view is;
 - a plane is decoded without its lines (the metadata tables, as a real ``XPlane``); each
-  line is decoded on its own when iterated, with a line schema whose event stats stay raw
-  bytes: the stats of an event are decoded only when asked for, through a per-plane cache
-  keyed by those bytes (most stats, e.g. ``ref_value`` op names, repeat);
+  line is decoded on its own when iterated (a long line a part of its events at a time:
+  :class:`PartedLine`), with a line schema whose event stats stay raw bytes: the stats of an
+  event are decoded only when asked for, through a per-plane cache keyed by those bytes (most
+  stats, e.g. ``ref_value`` op names, repeat); plane and line names are read without decoding
+  the record they name;
 - event time = ``line.timestamp_ns * 1000 + event.offset_ps`` as an integer (the session
   clock: files written by jax.profiler are normalised to the profile start);
 - stat values with ``ref_value`` resolved to the referenced stat metadata's name;
