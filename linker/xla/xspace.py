@@ -343,7 +343,7 @@ class PlaneView:
     """
 
     __slots__ = ("plane", "name", "stat_names", "stat_ids", "path", "where", "_data", "_line_spans",
-                 "_line_names", "_meta_stats", "_raw_cache")
+                 "_line_names", "_long_lines", "_meta_stats", "_raw_cache")
 
     def __init__(self, plane: xspace_pb2.XPlane, data=None, line_spans: list[tuple[int, int]] | None = None,
                  path: Path | str = "<bytes>", where: str = "plane") -> None:
@@ -358,6 +358,7 @@ class PlaneView:
         self._data = data
         self._line_spans = line_spans or []
         self._line_names: list[str] | None = None
+        self._long_lines: dict[int, tuple] = {}  # a long line's (head, parts), found once
         self._meta_stats: dict[int, dict[str, StatValue]] = {}
         self._raw_cache: dict[bytes, tuple[int, str | None, object]] = {}
 
@@ -385,16 +386,9 @@ class PlaneView:
     # -- lines ---------------------------------------------------------------------------
 
     def line_names(self) -> list[str]:
+        """Each line's name (a long line's events are not decoded for it)."""
         if self._line_names is None:
-            names = []
-            for i in range(len(self._line_spans)):
-                a, b = self._line_spans[i]
-                try:
-                    names.append(_name_of(self._data, a, b))
-                except ValueError as err:
-                    raise TraceFormatError(self.path, f"{self.where}, line {i} at byte {err.args[0]}",
-                                           err.args[1]) from None
-            self._line_names = names
+            self._line_names = [self._line(i).name for i in range(len(self._line_spans))]
         return self._line_names
 
     def lines(self) -> Iterator[RawStatsLine | PartedLine]:
@@ -418,10 +412,13 @@ class PlaneView:
         try:
             if b - a <= _LINE_PART_BYTES:
                 return RawStatsLine.FromString(self._data[a:b])
-            head, parts = _line_parts(self._data, a, b, _LINE_PART_BYTES)
-            data = self._data
-            return PartedLine(RawStatsLine.FromString(b"".join([data[r:e] for r, e in head])),
-                              data, parts, self.path, where)
+            found = self._long_lines.get(i)
+            if found is None:
+                data = self._data
+                head, parts = _line_parts(data, a, b, _LINE_PART_BYTES)
+                head = RawStatsLine.FromString(b"".join([data[r:e] for r, e in head]))
+                found = self._long_lines[i] = (head, parts)
+            return PartedLine(found[0], self._data, found[1], self.path, where)
         except ValueError as err:
             raise TraceFormatError(self.path, f"{where}, byte {err.args[0]}", err.args[1]) from None
         except DecodeError as err:
