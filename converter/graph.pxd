@@ -14,9 +14,11 @@ cpdef bint _all_whole_ns(list ops) except -1
 cpdef bytes _make_node(Op op, object deps, str exact_unit, NodeEncoder enc, Tally tally)
 
 
-@cython.locals(incoming=dict, stats=dict, edges=list, data=list, ctrl=list,
-               edges_out=Py_ssize_t, i=Py_ssize_t, edge=Edge, by_place=bint, count=Py_ssize_t)
+@cython.locals(incoming=dict, places=list, stats=dict, edges=list, data=list, ctrl=list,
+               edges_out=Py_ssize_t, i=Py_ssize_t, edge=Edge, by_place=bint, listed=bint,
+               count=Py_ssize_t)
 cpdef tuple _resolve_edges(object trace, list ops, bint all_kept=*, bint consume=*)
+cpdef object _with_source(object slot, object src, object kind)
 
 
 @cython.locals(place=Py_ssize_t, op=Op)
@@ -24,4 +26,4 @@ cpdef bint _numbered_by_place(list ops) except -1
 
 
 @cython.locals(by_place=bint)
-cpdef bint _in_time_order(dict incoming, object kept)
+cpdef bint _in_time_order(object incoming, object kept)

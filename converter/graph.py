@@ -103,6 +103,7 @@ def build_graph(trace: LinkedTrace, target: str | Target = Target.FULL, keep_mem
     target = parse_target(target)
     ops = rules(target).retarget(trace.ops, keep_mem)
     deps, stats = _resolve_edges(trace, ops, ops is trace.ops, consume)
+    by_place = type(deps) is list
     exact_unit = "ns" if _all_whole_ns(ops) else "ps"
     stats.update(ops=len(trace.ops))
     if consume:
@@ -116,8 +117,13 @@ def build_graph(trace: LinkedTrace, target: str | Target = Target.FULL, keep_mem
             tally = collective_tally
         else:
             tally = others
+        if by_place:  # the edge map is a list by place (see _resolve_edges)
+            node_deps = deps[index]
+            deps[index] = None
+        else:
+            node_deps = deps.pop(op.uid, None)
         try:
-            bodies.append(_make_node(op, deps.pop(op.uid, None), exact_unit, encoder, tally))
+            bodies.append(_make_node(op, node_deps, exact_unit, encoder, tally))
         except ValueError as exc:  # a number the trace gave that no Chakra field holds
             raise TraceFormatError(_sources(trace), f"op {op.name[:60]!r}",
                                    f"values a Chakra node can hold ({exc})") from None
@@ -149,9 +155,10 @@ def _all_whole_ns(ops: list[Op]) -> bool:
 
 
 def _resolve_edges(trace: LinkedTrace, ops: list[Op], all_kept: bool = False,
-                   consume: bool = False) -> tuple[dict[int, Deps], dict]:
+                   consume: bool = False) -> tuple[dict[int, Deps] | list[Deps | None], dict]:
     """Per node (an op of ``ops``, those the target keeps) its dependencies (Deps), dropped
-    ops bypassed, invalid edges removed, no cycles.
+    ops bypassed, invalid edges removed, no cycles: by uid, or as a list by place where uids
+    are places in ``ops`` (None: no dependencies).
 
     ``all_kept``: ``ops`` are all the trace's ops. ``consume``: the trace's edges are let go
     as they are read (the trace is emptied)."""
@@ -165,7 +172,11 @@ def _resolve_edges(trace: LinkedTrace, ops: list[Op], all_kept: bool = False,
     # The edge map: node -> its sources. Most nodes have one or two (a kernel: its launch and
     # its stream), each held with its edge's kind in one int (see _one_source): one int, or a
     # pair of them; a dict {source: kind} from a third source on. A dict each took most of a
-    # large XLA device's conversion memory (docs/performance.md).
+    # large XLA device's conversion memory (docs/performance.md). Where uids are places the
+    # map is a list by place (8 bytes a node, against about 45 for a dict of every node); the
+    # rarer passes below take it as a dict.
+    listed = by_place
+    places: list[object] = [None] * count if listed else []
     incoming: dict[int, object] = {}
     edges = trace.edges
     stats = {"edges_in": len(edges), "edges_missing_end": 0, "edges_self": 0, "edges_against_time": 0}
@@ -185,28 +196,45 @@ def _resolve_edges(trace: LinkedTrace, ops: list[Op], all_kept: bool = False,
             kind = edge.kind
             if kind == _PARENT:
                 has_parent = True
-            slot = incoming.get(dst)
-            if slot is None:
-                incoming[dst] = _one_source(src, kind) if src >= 0 else {src: kind}
-            elif type(slot) is int:
-                first = slot >> 3
-                if first != src:
-                    incoming[dst] = ((slot, _one_source(src, kind)) if src >= 0
-                                     else {first: slot & 7, src: kind})
-                elif slot & 7 != _DATA:  # DATA wins over order edges between the same pair
-                    incoming[dst] = _one_source(src, kind)
-            elif type(slot) is tuple:
-                a, b = slot
-                if a >> 3 == src:
-                    if a & 7 != _DATA:  # the pair keeps the order the sources came in
-                        incoming[dst] = (_one_source(src, kind), b)
-                elif b >> 3 == src:
-                    if b & 7 != _DATA:
-                        incoming[dst] = (a, _one_source(src, kind))
+            slot = places[dst] if listed else incoming.get(dst)
+            grown = _with_source(slot, src, kind)
+            if grown is not slot:
+                if listed:
+                    places[dst] = grown
                 else:
-                    incoming[dst] = {a >> 3: a & 7, b >> 3: b & 7, src: kind}
-            elif slot.get(src) != _DATA:
-                slot[src] = kind
+                    incoming[dst] = grown
+    if listed and (has_parent or not _in_time_order(places, kept)):
+        incoming = {dst: slot for dst, slot in enumerate(places) if slot is not None}
+        places, listed = [], False
+    if not listed:
+        _finish_map(trace, incoming, kept, known, ops, by_place, has_parent, stats)
+    # The edge map becomes the dependencies in place (a second map beside it would double
+    # what a large device's conversion holds): a node's one source stays one int and two a
+    # pair, which _make_node reads as such, and a dict of sources becomes [data, ctrl].
+    deps = places if listed else incoming
+    edges_out = 0
+    for dst, sources in (enumerate(places) if listed else incoming.items()):
+        if sources is None:
+            continue
+        if type(sources) is int:
+            edges_out += 1
+            continue
+        if type(sources) is tuple:
+            edges_out += 2
+            continue
+        data = [s for s, k in sources.items() if k == _DATA]
+        ctrl = [s for s, k in sources.items() if k != _DATA]
+        deps[dst] = [data, ctrl]
+        edges_out += len(data) + len(ctrl)
+    stats["edges_out"] = edges_out
+    return deps, stats
+
+
+def _finish_map(trace: LinkedTrace, incoming: dict[int, object], kept: dict[int, Op] | list[Op],
+                known: object, ops: list[Op], by_place: bool, has_parent: bool, stats: dict
+                ) -> None:
+    """The rarer passes over the edge map as a dict: PARENT edges, dropped ops, edges
+    against time (and a cycle they make); what no kept op receives is left out."""
     if has_parent or len(kept) < len(known):
         _as_dicts(incoming)
         if has_parent:
@@ -222,26 +250,37 @@ def _resolve_edges(trace: LinkedTrace, ops: list[Op], all_kept: bool = False,
             if _has_cycle(incoming, kept):
                 raise ValueError(f"rank {trace.rank}: the linked trace's dependencies form a "
                                  "cycle even in time order (a linker bug)")
-    # The edge map becomes the dependencies in place (a second map beside it would double
-    # what a large device's conversion holds): a node's one source stays one int and two a
-    # pair, which _make_node reads as such, and a dict of sources becomes [data, ctrl].
     if len(kept) < len(known):
         for dst in [dst for dst in incoming if dst not in kept]:
             del incoming[dst]
-    edges_out = 0
-    for dst, sources in incoming.items():
-        if type(sources) is int:
-            edges_out += 1
-            continue
-        if type(sources) is tuple:
-            edges_out += 2
-            continue
-        data = [s for s, k in sources.items() if k == _DATA]
-        ctrl = [s for s, k in sources.items() if k != _DATA]
-        incoming[dst] = [data, ctrl]
-        edges_out += len(data) + len(ctrl)
-    stats["edges_out"] = edges_out
-    return incoming, stats
+
+
+def _with_source(slot: object, src: int, kind: int) -> object:
+    """A node's sources (an edge map entry, None for none yet) with one more edge's: the same
+    object where it already holds it (a dict is changed in place)."""
+    if slot is None:
+        return _one_source(src, kind) if src >= 0 else {src: kind}
+    if type(slot) is int:
+        first = slot >> 3
+        if first != src:
+            return (slot, _one_source(src, kind)) if src >= 0 else {first: slot & 7, src: kind}
+        if slot & 7 != _DATA:  # DATA wins over order edges between the same pair
+            return _one_source(src, kind)
+        return slot
+    if type(slot) is tuple:
+        a, b = slot
+        if a >> 3 == src:
+            if a & 7 != _DATA:  # the pair keeps the order the sources came in
+                return (_one_source(src, kind), b)
+        elif b >> 3 == src:
+            if b & 7 != _DATA:
+                return (a, _one_source(src, kind))
+        else:
+            return {a >> 3: a & 7, b >> 3: b & 7, src: kind}
+        return slot
+    if slot.get(src) != _DATA:
+        slot[src] = kind
+    return slot
 
 
 def _one_source(src: int, kind: int) -> int:
@@ -340,12 +379,16 @@ def _numbered_by_place(ops: list[Op]) -> bool:
     return True
 
 
-def _in_time_order(incoming: dict[int, object], kept: dict[int, Op] | list[Op]) -> bool:
+def _in_time_order(incoming: dict[int, object] | list[object],
+                   kept: dict[int, Op] | list[Op]) -> bool:
     """Whether every kept edge runs from an earlier (start, uid) to a later one, which rules a
     cycle out in one pass (the usual case; else _has_cycle decides). ``kept``: the kept ops
-    by uid, or as a list where uids are places and every uid in ``incoming`` is one."""
+    by uid, or as a list where uids are places and every uid in ``incoming`` is one;
+    ``incoming``: the edge map, a dict or a list by place."""
     by_place = type(kept) is list
-    for dst, sources in incoming.items():
+    for dst, sources in (enumerate(incoming) if type(incoming) is list else incoming.items()):
+        if sources is None:
+            continue
         dst_op = kept[dst] if by_place else kept.get(dst)
         if dst_op is None:
             continue

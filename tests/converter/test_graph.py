@@ -140,6 +140,35 @@ def test_a_nodes_deps_keep_the_order_their_edges_came_in(arriving, data, ctrl) -
     edges = [Edge(src, 4, EdgeKind[kind]) for src, kind in arriving]
     node = build_graph(LinkedTrace(0, "pytorch", "test clock", ops, edges)).nodes[4]
     assert (list(node.data_deps), list(node.ctrl_deps)) == (data, ctrl)
+    # the same with uids that are not places (the edge map is a dict by uid, not a list)
+    for op in ops:
+        op.uid += 10
+    edges = [Edge(e.src + 10, e.dst + 10, e.kind) for e in edges]
+    node = build_graph(LinkedTrace(0, "pytorch", "test clock", ops, edges)).nodes[4]
+    assert (list(node.data_deps), list(node.ctrl_deps)) == ([d + 10 for d in data],
+                                                             [c + 10 for c in ctrl])
+
+
+def test_the_edge_map_of_ops_numbered_by_place_is_a_list() -> None:
+    """A large device's conversion holds its edge map beside its ops: where uids are places
+    it is a list by place (8 bytes a node), not a dict by uid (about 45); a trace numbered
+    otherwise, or one with PARENT edges (a rarer pass resolves them), takes the dict."""
+    from chakra_hooks.converter.graph import _resolve_edges
+
+    def trace(first_uid: int, parent: bool) -> LinkedTrace:
+        ops = [Op(first_uid + i, f"op{i}", OpKind.COMPUTE, True, "stream:0:1", i * US, US // 2)
+               for i in range(4)]
+        edges = [Edge(first_uid + i, first_uid + i + 1, EdgeKind.STREAM_ORDER) for i in range(3)]
+        if parent:
+            edges.append(Edge(first_uid, first_uid + 3, EdgeKind.PARENT))
+        return LinkedTrace(0, "pytorch", "test clock", ops, edges)
+
+    for first_uid, parent, kind in ((0, False, list), (1, False, dict), (0, True, dict)):
+        t = trace(first_uid, parent)
+        deps, stats = _resolve_edges(t, t.ops, True)
+        assert type(deps) is kind and stats["edges_out"] == 3
+        if kind is list:
+            assert deps == [None] + [(i << 3) | EdgeKind.STREAM_ORDER for i in range(3)]
 
 
 def test_unknown_target_is_refused() -> None:
