@@ -534,6 +534,7 @@ class _DeviceLinker:
                 start_name = hlo.async_start_of(inst)
                 if start_name is not None and (run + (start_name + "#transfer",)) in index:
                     producers = producers + (start_name + "#transfer",)
+            mine = None  # this event's uids, once a producer is found
             for prod in producers:
                 found = index.get(run + (prod,))
                 if found is None:
@@ -543,7 +544,8 @@ class _DeviceLinker:
                 if k < 0:
                     continue
                 src = uids[k]
-                mine = _event_uids(self.trace.ops, self.firsts, at)
+                if mine is None:
+                    mine = _event_uids(self.trace.ops, self.firsts, at)
                 for dst in mine:
                     # uids follow start order, so src < dst keeps the graph acyclic
                     if src < mine[0] and (src, dst) not in seen:
@@ -679,8 +681,9 @@ def _order_edges(edges: list[Edge], ops: list[Op], firsts: list[int], before: in
     if src_ops == 1 and dst_ops == 1:  # the usual event: one op
         edges.append(Edge(src, dst, kind))
         return
+    dsts = _event_uids(ops, firsts, after)
     for s in _event_uids(ops, firsts, before):
-        for d in _event_uids(ops, firsts, after):
+        for d in dsts:
             edges.append(Edge(s, d, kind))
 
 

@@ -94,10 +94,10 @@ def _read_varint(data, pos: int) -> tuple[int, int]:
 
 
 def _name_of(data, start: int, end: int) -> str:
-    """Field 2 of the record data[start:end] (the name, in XPlane and XLine alike; the last
-    one, as protobuf reads a repeated field), found by stepping over the other fields:
-    decoding the record for it would copy them all (a plane's lines) and read every page of
-    them. Raises ValueError(offset, what)."""
+    """The name (field 2; the last one, as protobuf reads a repeated field) of the XPlane
+    record data[start:end], found by stepping over the other fields: decoding the record for
+    it would copy them all (its lines) and read every page of them. Raises
+    ValueError(offset, what)."""
     found = None
     for num, rec, a, b in _fields(data, start, end):
         if num == 2:
@@ -308,10 +308,6 @@ class PartedLine:
     @property
     def name(self) -> str:
         return self.head.name
-
-    @property
-    def display_name(self) -> str:
-        return self.head.display_name
 
     @property
     def timestamp_ns(self) -> int:
