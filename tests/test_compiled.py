@@ -120,3 +120,30 @@ def test_checkout_runs_all_from_source_once_any_module_is_stale(tmp_path, monkey
     last = tmp_path / _compiled.COMPILED[-1][1]
     last.with_name(last.stem + EXTENSION_SUFFIXES[0]).unlink()  # a module left uncompiled
     assert stale()
+
+
+def test_ops_and_edges_carry_no_garbage_collector_header_compiled() -> None:
+    # Compiled, a large device's ops and edges (millions) are C classes the garbage collector
+    # does not track (linker/model.py): 16 bytes less each. Plain Python, they are dataclasses.
+    import gc
+
+    from chakra_hooks.linker import model
+
+    op = model.Op(0, "k", model.OpKind.COMPUTE, True, "stream:0:1", 0, 1)
+    edge = model.Edge(0, 1, model.EdgeKind.STREAM_ORDER)
+    tracked = not _compiled.is_compiled(model)
+    assert gc.is_tracked(op) is tracked and gc.is_tracked(edge) is tracked
+
+
+def test_the_model_runs_as_plain_python_without_cython_installed() -> None:
+    # Cython is a build requirement only: an install that runs the sources (no compiler) has
+    # no `cython` module, and linker/model.py's class decorators must then change nothing.
+    code = ("import sys; sys.modules['cython'] = None\n"
+            "from chakra_hooks.linker import model\n"
+            "op = model.Op(3, 'k', model.OpKind.COMPUTE, True, 'lane', 5, 7)\n"
+            "assert op.attrs == {} and model.Edge(1, 3, model.EdgeKind.DATA).dst == 3\n"
+            "print(model.__file__)")
+    env = dict(os.environ, **{_compiled.PURE_ENV: "1"})
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith("model.py")

@@ -1,0 +1,13 @@
+"""Cython's class decorators where Cython is not installed (an install that runs the compiled
+modules' sources as plain Python, linker/model.py): they leave the class as it is."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+
+def _as_is(cls: type) -> type:
+    return cls
+
+
+cython = SimpleNamespace(cclass=_as_is, no_gc=_as_is)
