@@ -45,6 +45,7 @@ COMM_TYPES: dict[str, CommType] = {
 # share their names (model.shared_key_attrs; the order _new_op and _describe set them in).
 _KernelAttrs = shared_key_attrs("hlo_module", "hlo_category", "correlation", "hlo_op", "hlo_opcode")
 _LaunchAttrs = shared_key_attrs("correlation")
+_SHARED_DURATIONS = 1 << 16  # distinct durations whose integer a device's ops share (link())
 
 
 def load(job: RankJob) -> list[LinkedTrace]:
@@ -360,8 +361,16 @@ class _DeviceLinker:
         matched = 0
         self.order = order = array("q", events.linking_order())  # uids follow this order
         firsts, module_of, inst_of = self.firsts, self.module_of, self.inst_of
+        # Kernels repeat their durations: ops share one integer object per duration (28
+        # bytes an op), up to a bound for profiles whose durations are all different.
+        durations: dict[int, int] = {}
         for i in order:
             ev = events.event(i)
+            dur = durations.get(ev.dur_ps)
+            if dur is not None:
+                ev.dur_ps = dur
+            elif len(durations) < _SHARED_DURATIONS:
+                durations[ev.dur_ps] = ev.dur_ps
             module, inst = self._resolve(ev)
             matched += inst is not None
             made = len(ops)

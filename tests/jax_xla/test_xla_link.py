@@ -149,8 +149,9 @@ def test_edges_hold_their_ops_own_uid_integers(tpu_traces: list[LinkedTrace]) ->
 def test_runs_of_an_instruction_share_what_they_have_in_common(tpu_traces: list[LinkedTrace],
                                                                 gpu_traces: list[LinkedTrace]) -> None:
     """A device's ops are most of what a conversion holds, and the runs of one instruction
-    share their TensorIO objects; their attribute dicts share one table of names (a
-    key-sharing dict: smaller than the same items in a dict of their own, on CPython)."""
+    share their TensorIO objects; ops of one duration its integer; their attribute dicts
+    share one table of names (a key-sharing dict: smaller than the same items in a dict of
+    their own, on CPython)."""
     t = tpu_traces[1]
     described = [op for op in t.ops if op.outputs is not None]
     by_inst: dict[tuple, list[Op]] = {}
@@ -160,6 +161,12 @@ def test_runs_of_an_instruction_share_what_they_have_in_common(tpu_traces: list[
     assert len(repeated) > 10 and sum(len(ops) for ops in repeated) > 1000
     for ops in repeated:
         assert all(op.outputs is ops[0].outputs and op.inputs is ops[0].inputs for op in ops)
+    # ops of one duration share its integer object (beyond the few that CPython caches)
+    durations: dict[int, int] = {}
+    timed = [op for op in t.ops if op.dur_ps > 256]
+    for op in timed:
+        assert op.dur_ps is durations.setdefault(op.dur_ps, op.dur_ps)
+    assert len(timed) > 1000 and len(durations) < len(timed) / 2
     if sys.implementation.name == "cpython":
         launches = [op for t in gpu_traces for op in t.ops if not op.on_device]
         for op in described[:100] + launches[:100]:
