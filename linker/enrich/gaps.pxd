@@ -5,8 +5,8 @@ cimport cython
 from chakra_hooks.linker.model cimport Edge, Op
 
 
-@cython.locals(op=Op, gap=Op, e=Edge, ops=list, n=Py_ssize_t, i=Py_ssize_t, ends=list,
-               place_of=dict, released_end=list, released_by=list, groups=dict, unusual=dict,
+@cython.locals(op=Op, dep=Op, gap=Op, e=Edge, ops=list, n=Py_ssize_t, i=Py_ssize_t,
+               place_of=dict, released=list, groups=dict, unusual=dict,
                members=list, new_ops=list, new_edges=list, added=Py_ssize_t)
 cpdef object add_gaps(object trace, object per_resource=*, object replay_dur=*)
 

@@ -58,9 +58,9 @@ def add_gaps(trace: LinkedTrace, per_resource: bool = False,
     ops = trace.ops
     n = len(ops)
     # What is worked out per op is held in lists by the op's place in ``trace.ops``, not in
-    # dicts keyed by uid (tuples as values): this runs on a whole device's ops at once, and on
-    # a large XLA profile those dicts were its conversion's peak memory (docs/performance.md).
-    ends = [None] * n  # the op's end as replayed; None: the op has no time
+    # dicts keyed by uid: this runs on a whole device's ops at once, which on a large XLA
+    # profile is its conversion's peak memory (docs/performance.md). For the same reason an
+    # op's end is worked out where it is read, not kept: an integer an op.
     dur = replay_dur or _measured
     next_uid = 0
     window_start = None
@@ -73,17 +73,16 @@ def add_gaps(trace: LinkedTrace, per_resource: bool = False,
         if uid != i:
             in_place = False
         if op.start_ps is not None and op.dur_ps is not None:
-            ends[i] = op.start_ps + (op.dur_ps if replay_dur is None else replay_dur(op))
             if window_start is None or op.start_ps < window_start:
                 window_start = op.start_ps
     if window_start is None:
         trace.stats["gaps"] = 0
         return 0
     place_of = None if in_place else {op.uid: i for i, op in enumerate(ops)}
-    # Per op, the dependency that ended last: its end and its uid. PARENT edges say where an
-    # op started, not what it waited for.
-    released_end = [None] * n
-    released_by = [None] * n
+    # Per op, the place of the dependency that ended last (the first of those that ended
+    # together; None: no timed dependency). PARENT edges say where an op started, not what it
+    # waited for.
+    released = [None] * n
     parent, order = _PARENT, _HOST_ORDER
     for e in trace.edges:
         if e.kind == parent:
@@ -94,23 +93,28 @@ def add_gaps(trace: LinkedTrace, per_resource: bool = False,
         else:
             at_src, at_dst = place_of.get(src, -1), place_of.get(dst, -1)
         if 0 <= at_src < n and 0 <= at_dst < n:
-            end = ends[at_src]
-            if end is not None:
-                known = released_end[at_dst]
-                if known is None or end > known:
-                    released_end[at_dst] = end
-                    released_by[at_dst] = src
+            op = ops[at_src]
+            if op.start_ps is not None and op.dur_ps is not None:
+                known = released[at_dst]
+                if known is None:
+                    released[at_dst] = at_src
+                else:
+                    end = op.start_ps + (op.dur_ps if replay_dur is None else replay_dur(op))
+                    op = ops[known]
+                    if end > op.start_ps + (op.dur_ps if replay_dur is None else replay_dur(op)):
+                        released[at_dst] = at_src
     compute_lanes = set()
     if per_resource:
-        for i, op in enumerate(ops):
-            if ends[i] is not None and op.on_device and op.kind == _COMPUTE and dur(op):
+        for op in ops:
+            if (op.start_ps is not None and op.dur_ps is not None and op.on_device
+                    and op.kind == _COMPUTE and dur(op)):
                 compute_lanes.add(op.lane)
     # Each group's ops, and where an op's gap lane is not its own lane or the op does not
     # occupy its group (host-side and per-resource collectives, a few): uid -> (lane, occupies).
     groups: dict[str, list[Op]] = {}
     unusual: dict[int, tuple[str, bool]] = {}
-    for i, op in enumerate(ops):
-        if ends[i] is None:
+    for op in ops:
+        if op.start_ps is None or op.dur_ps is None:
             continue
         place = _placement(op, per_resource, dur, compute_lanes)
         if place is not None:
@@ -135,9 +139,12 @@ def add_gaps(trace: LinkedTrace, per_resource: bool = False,
                     lane, occupies = found
             at = op.uid if place_of is None else place_of[op.uid]
             ready, released_from = reach, before
-            latest = released_end[at]
-            if latest is not None and latest > ready:
-                ready, released_from = latest, released_by[at]
+            known = released[at]
+            if known is not None:
+                dep = ops[known]
+                latest = dep.start_ps + (dep.dur_ps if replay_dur is None else replay_dur(dep))
+                if latest > ready:
+                    ready, released_from = latest, dep.uid
             slack = op.start_ps - ready
             on_device = op.on_device and occupies
             if slack >= (MIN_DEVICE_GAP_PS if on_device else MIN_GAP_PS):
@@ -155,7 +162,7 @@ def add_gaps(trace: LinkedTrace, per_resource: bool = False,
                 added += 1
                 gap_ps += slack
             if occupies:
-                end = ends[at]
+                end = op.start_ps + (op.dur_ps if replay_dur is None else replay_dur(op))
                 if end >= reach:
                     reach, before = end, op.uid
     trace.stats["gaps"] = added
