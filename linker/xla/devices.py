@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import bisect
 import marshal
+import operator
 import re
 import zlib
 from array import array
 from collections.abc import Iterator
+from itertools import accumulate
 from dataclasses import dataclass, field
 
 from chakra_hooks.linker.gc_pause import gc_paused
@@ -40,6 +42,10 @@ _NO_DETAILS = (None, None, None, None)
 # strings or None, the same object for every event of one run).
 _PACKED_COLUMNS = ("start_ps", "dur_ps", "correlation", "name", "module_key", "lane", "detail",
                    "copy", "transfer")
+# Packed as each value less the one before it: start times and correlation ids mostly grow by
+# small steps, which compress better than the values (start times: 4.0-4.3 bytes an event
+# as values, 2.8-3.0 as steps on the corpus TPU profile and a real JAX CPU profile).
+_STEP_COLUMNS = ("start_ps", "correlation")
 
 # A varint of 1 to 4 bytes read as one little-endian integer: it is exactly one varint when
 # the high bit of every byte but the last is set (its 7-bit groups then are the value).
@@ -47,11 +53,25 @@ _VARINT_HIGH_BITS = [0, 0x80, 0x8080, 0x808080, 0x80808080]
 _VARINT_MORE_BITS = [0, 0, 0x80, 0x8080, 0x808080]
 
 
-def _unpacked(packed: tuple[str, bytes]) -> array:
-    """A column from its (typecode, compressed bytes)."""
-    column = array(packed[0])
-    column.frombytes(zlib.decompress(packed[1]))
-    return column
+def _compressed(column: array, steps: bool) -> tuple[str, bytes, bool]:
+    """A column as (typecode, compressed bytes, whether they are steps: :data:`_STEP_COLUMNS`);
+    values a step would overflow (the no-correlation sentinel beside real ids) stay values."""
+    if steps and len(column) > 1:
+        try:
+            stepped = array("q", column[:1])
+            stepped.extend(map(operator.sub, column[1:], column[:-1]))
+            return column.typecode, zlib.compress(stepped, 1), True
+        except OverflowError:
+            pass
+    return column.typecode, zlib.compress(column, 1), False
+
+
+def _unpacked(packed: tuple[str, bytes, bool]) -> array:
+    """A column from :func:`_compressed`."""
+    typecode, data, steps = packed
+    column = array(typecode)
+    column.frombytes(zlib.decompress(data))
+    return array(typecode, accumulate(column)) if steps else column
 
 
 class _PackedLength:
@@ -115,7 +135,7 @@ class DeviceEvents:
         self.strings: list[str] = [""]
         self._string_ids: dict[str, int] = {"": 0}
         self.details: list[tuple] = [_NO_DETAILS]
-        self._packed: dict[str, tuple[str, bytes]] | None = None  # see pack()
+        self._packed: dict[str, tuple[str, bytes, bool]] | None = None  # see pack()
 
     def __len__(self) -> int:
         return len(self.exec_key)
@@ -136,9 +156,9 @@ class DeviceEvents:
                 keys = marshal.dumps(self.exec_key)
             except ValueError:  # an exec key marshal cannot write: the columns stay as they are
                 return
-            packed = {name: (column.typecode, zlib.compress(column, 1))
+            packed = {name: _compressed(column, name in _STEP_COLUMNS)
                       for name in _PACKED_COLUMNS if (column := getattr(self, name)) is not None}
-            packed["exec_key"] = ("", zlib.compress(keys, 1))
+            packed["exec_key"] = ("", zlib.compress(keys, 1), False)
             self._packed = packed
         length = _PackedLength(len(self.exec_key))
         for name in _PACKED_COLUMNS:

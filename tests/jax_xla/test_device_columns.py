@@ -4,6 +4,7 @@ profile's planes read again after their pages were let go."""
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,24 @@ def test_widened_columns_are_not_packed() -> None:
     assert events.start_ps == [1 << 70] and events.column("start_ps") == [1 << 70]
     events.unpack()
     assert events.event(0).start_ps == 1 << 70
+
+
+def test_growing_columns_are_packed_as_steps_and_come_back_exact() -> None:
+    """Start times and correlation ids are compressed as the steps between them (a real
+    profile's start times: about a third smaller); a step that would overflow 64 bits (the
+    no-correlation sentinel beside a real id) leaves that column as values."""
+    events = DeviceEvents()
+    lane = events.intern("lane")
+    starts = [1_000_000 + 4_999 * i + (i % 7) * 13 for i in range(20_000)]
+    for i, start in enumerate(starts):
+        # ids beyond int64's range as steps from the sentinel; every 5th event has none
+        events.add(events.intern(f"k{i % 50}"), 0, start, 3_000 + i % 11, lane,
+                   correlation=None if i % 5 == 0 else (1 << 62) + i)
+    plain = zlib.compress(events.start_ps, 1)
+    events.pack()
+    assert events._packed["start_ps"][2] is True and len(events._packed["start_ps"][1]) < len(plain) / 4
+    assert events._packed["correlation"][2] is False  # sentinel -> id overflows as a step
+    events.unpack()
+    assert list(events.start_ps) == starts
+    assert [events.correlation_of(i) for i in range(len(starts))] == [
+        None if i % 5 == 0 else (1 << 62) + i for i in range(len(starts))]
