@@ -17,3 +17,11 @@ cdef class DeviceEvents:
     cpdef DeviceEvent event(self, Py_ssize_t i)
     cpdef bint is_transfer(self, Py_ssize_t i) except -1
     cpdef object correlation_of(self, Py_ssize_t i)
+
+
+@cython.locals(i=Py_ssize_t, before=cython.longlong, value=cython.longlong)
+cpdef void _fill_steps(long long[:] steps, const long long[:] values) except *
+
+
+@cython.locals(i=Py_ssize_t, total=cython.longlong)
+cpdef void _fill_sums(long long[:] steps) except *
