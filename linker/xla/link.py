@@ -28,7 +28,7 @@ from chakra_hooks.linker.model import (
 from chakra_hooks.linker.sources import RankJob, TraceStream
 from chakra_hooks.linker.gc_pause import gc_paused
 from chakra_hooks.linker.xla.devices import (
-    _NO_CORRELATION, Device, DeviceEvent, DeviceEvents, collect_devices,
+    _NO_CORRELATION, Device, DeviceEvent, DeviceEvents, collect_devices, pack_column, unpack_column,
 )
 from chakra_hooks.linker.xla.xspace import PlaneView, find_plane, profile_start_ns, read_xspace
 
@@ -94,6 +94,7 @@ def load_each(job: RankJob) -> TraceStream:
                 dev.events = DeviceEvents()  # its ops hold what is needed now: the columns can go
                 _number_groups(trace, group_ids)
                 if launches is not None:
+                    launches.per_device[k].unpack()
                     _add_host_launches(trace, launches.per_device[k], launches)
                     launches.per_device[k] = None
                 if idle and k == 0:
@@ -144,6 +145,9 @@ def _number_groups(trace: LinkedTrace, group_ids: dict[tuple[int, ...], int]) ->
             op.comm.group = group_ids[tuple(members)]
 
 
+_LAUNCH_COLUMNS = ("line", "offset", "dur", "metadata", "corr")
+
+
 class _Launches:
     """The host calls that launched one device's work, as columns (there is a launch per
     kernel, and a tuple each would take six times the memory): the line it ran on (an index into
@@ -151,14 +155,34 @@ class _Launches:
     event metadata id and the correlation id. Integer columns become lists if a value needs
     more than 64 bits."""
 
-    __slots__ = ("line", "offset", "dur", "metadata", "corr")
+    __slots__ = ("line", "offset", "dur", "metadata", "corr", "_packed")
 
     def __init__(self) -> None:
         self.line = array("i")
         self.offset, self.dur, self.metadata, self.corr = (array("q") for _ in range(4))
+        self._packed: dict[str, tuple] | None = None
 
     def __len__(self) -> int:
         return len(self.corr)
+
+    def pack(self) -> None:
+        """Keep the columns compressed while the device waits for its turn, as its events
+        are (DeviceEvents.pack): offsets on a line and correlation ids as the steps between
+        them. Until :meth:`unpack`, nothing may be read. Columns widened to lists stay."""
+        columns = [(name, getattr(self, name)) for name in _LAUNCH_COLUMNS]
+        if any(type(column) is not array for _, column in columns):
+            return
+        self._packed = {name: pack_column(column, name in ("offset", "corr"))
+                        for name, column in columns}
+        for name, _ in columns:
+            setattr(self, name, None)
+
+    def unpack(self) -> None:
+        """The columns back from :meth:`pack` (nothing to do if they are here)."""
+        if self._packed is not None:
+            for name, packed in self._packed.items():
+                setattr(self, name, unpack_column(packed))
+            self._packed = None
 
     def add(self, line: int, offset: int, dur: int, metadata: int, corr: int) -> None:
         n = len(self.line)  # the complete launches before this one
@@ -217,6 +241,8 @@ def _host_launches(space, devices: list[Device]) -> _HostLaunches | None:
                 found.per_device[k].add(number, start - base, dur, mid, corr)
                 if mid not in names:
                     names[mid] = host.event_name(mid)
+    for launches in found.per_device:  # there is one per kernel: as many as device events
+        launches.pack()
     return found
 
 

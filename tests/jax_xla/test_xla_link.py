@@ -385,6 +385,25 @@ def test_host_launch_columns_take_ids_beyond_64_bits() -> None:
     assert list(launches.metadata) == [1, 2, 1] and list(launches.corr) == [42, 2**64 - 1, 43]
 
 
+def test_host_launch_columns_are_packed_until_their_device_is_linked() -> None:
+    """A device's launches (one per kernel) wait compressed for its turn, as its events do,
+    and come back the same; widened columns stay as they are."""
+    launches = xla_link._Launches()
+    rows = [(i % 3, 2_000 * i + i % 7, 900 + i % 5, 1 + i % 4, 10_000 + 2 * i) for i in range(5_000)]
+    for row in rows:
+        launches.add(*row)
+    launches.pack()
+    assert launches.corr is None and launches.offset is None
+    launches.unpack()
+    assert len(launches) == len(rows)
+    assert list(zip(launches.line, launches.offset, launches.dur, launches.metadata,
+                    launches.corr)) == rows
+    wide = xla_link._Launches()
+    wide.add(0, 5, 7, 1, 2**64 - 1)
+    wide.pack()
+    assert list(wide.corr) == [2**64 - 1]
+
+
 def test_stream_order_is_what_had_ended_last_when_each_op_started() -> None:
     """A lane whose ops each end before the next starts is chained op to op; a lane whose ops
     overlap is walked. Both give each op the lane's op that had ended last when it started."""
