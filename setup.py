@@ -5,9 +5,11 @@ run as such. Where a C compiler is at hand, pip also compiles those same sources
 build requirement, which pip fetches) into extension modules, which makes ``chakra-hooks
 convert`` about 1.5x faster (docs/performance.md). At ``-O1`` that takes about 30 s of a 2-core
 machine (``-O3``, Python's default, took 75 s for 2.6 % fewer instructions and no difference in
-measured time). The sources hold no Cython-only code; a few ``.pxd`` files beside them declare
+measured time). The sources are plain Python; a few ``.pxd`` files beside them declare
 the hottest helpers and classes to Cython (direct C calls instead of Python calls), and mean
-nothing to Python. If any module fails to compile (no compiler, say), none is compiled and the
+nothing to Python. The one exception, linker/model.py's class decorators (ops and edges
+untracked by the garbage collector), falls back to decorators that change nothing where
+Cython is not installed. If any module fails to compile (no compiler, say), none is compiled and the
 install is pure Python (a warning in pip's log, never a failed install).
 
 ``CHAKRA_HOOKS_PURE_PYTHON=1`` (or ``CHAKRA_HOOKS_COMPILE=0``; 1 / true / yes / on and

@@ -55,7 +55,8 @@ def pack_column(column: array, steps: bool) -> tuple[str, bytes, bool]:
     """A column as (typecode, compressed bytes, whether they are steps): ``steps`` for a
     64-bit column whose values mostly grow (:data:`_STEP_COLUMNS`); values whose steps could
     overflow 64 bits (the no-correlation sentinel beside real ids) stay values."""
-    if steps and len(column) > 1 and max(column) - min(column) < 1 << 63:
+    if (steps and column.typecode == "q" and len(column) > 1
+            and max(column) - min(column) < 1 << 63):
         stepped = array(column.typecode, bytes(len(column) * column.itemsize))
         _fill_steps(stepped, column)
         return column.typecode, zlib.compress(stepped, 1), True
