@@ -31,3 +31,6 @@ cpdef bint _one_at_a_time(const long long[:] on_lane, const long long[:] order, 
 
 @cython.locals(op=Op)
 cpdef Op _new_op(list ops, DeviceEvent ev, object kind, str name=*)
+
+
+cpdef object _shared(object value, dict table)

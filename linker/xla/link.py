@@ -45,7 +45,7 @@ COMM_TYPES: dict[str, CommType] = {
 # share their names (model.shared_key_attrs; the order _new_op and _describe set them in).
 _KernelAttrs = shared_key_attrs("hlo_module", "hlo_category", "correlation", "hlo_op", "hlo_opcode")
 _LaunchAttrs = shared_key_attrs("correlation")
-_SHARED_DURATIONS = 1 << 16  # distinct durations whose integer a device's ops share (link())
+_SHARED_DURATIONS = 1 << 16  # distinct durations whose integer a device's ops share (_shared)
 
 
 def load(job: RankJob) -> list[LinkedTrace]:
@@ -250,23 +250,26 @@ def _add_host_launches(trace: LinkedTrace, launches: _Launches, found: _HostLaun
     """A device's host launches (:func:`_host_launches`) become host ops on lane
     ``thread:<line>``, with a LAUNCH edge to the device op of their correlation id (the last
     one made, when an event made several) and program order (HOST_ORDER) along their thread."""
-    device_op: dict[int, int] = {}  # correlation id -> uid
+    # correlation id -> the device op; a launch shares its integer object, as launches of one
+    # duration share theirs (link()): a launch profile has a launch per kernel.
+    device_op: dict[int, Op] = {}
     for op in trace.ops:
         corr = op.attrs.get("correlation")
         if corr is not None and op.on_device:
-            device_op[corr] = op.uid
+            device_op[corr] = op
+    durations: dict[int, int] = {}
     lines, names = found.lines, found.names
     added = []
     for i in range(len(launches)):
         lane, base = lines[launches.line[i]]
-        corr = launches.corr[i]
+        launched = device_op[launches.corr[i]]
         attrs = _LaunchAttrs()
-        attrs.correlation = corr
+        attrs.correlation = launched.attrs["correlation"]
         op = Op(uid=len(trace.ops), name=names[launches.metadata[i]], kind=OpKind.COMPUTE,
                 on_device=False, lane=lane, start_ps=base + launches.offset[i],
-                dur_ps=launches.dur[i], attrs=attrs.__dict__)
+                dur_ps=_shared(launches.dur[i], durations), attrs=attrs.__dict__)
         trace.ops.append(op)
-        trace.edges.append(Edge(op.uid, device_op[corr], EdgeKind.LAUNCH))
+        trace.edges.append(Edge(op.uid, launched.uid, EdgeKind.LAUNCH))
         added.append(op)
     added.sort(key=lambda o: (o.lane, o.start_ps, o.uid))
     for a, b in zip(added, added[1:]):
@@ -387,16 +390,10 @@ class _DeviceLinker:
         matched = 0
         self.order = order = array("q", events.linking_order())  # uids follow this order
         firsts, module_of, inst_of = self.firsts, self.module_of, self.inst_of
-        # Kernels repeat their durations: ops share one integer object per duration (28
-        # bytes an op), up to a bound for profiles whose durations are all different.
-        durations: dict[int, int] = {}
+        durations: dict[int, int] = {}  # kernels repeat their durations: see _shared
         for i in order:
             ev = events.event(i)
-            dur = durations.get(ev.dur_ps)
-            if dur is not None:
-                ev.dur_ps = dur
-            elif len(durations) < _SHARED_DURATIONS:
-                durations[ev.dur_ps] = ev.dur_ps
+            ev.dur_ps = _shared(ev.dur_ps, durations)
             module, inst = self._resolve(ev)
             matched += inst is not None
             made = len(ops)
@@ -691,6 +688,18 @@ def _new_op(ops: list[Op], ev: DeviceEvent, kind: OpKind, name: str | None = Non
             ev.bytes_accessed, ev.flops, None, None, attrs.__dict__)
     ops.append(op)
     return op
+
+
+def _shared(value: int, table: dict[int, int]) -> int:
+    """``value`` as the one integer object ``table`` holds for it (kept while the table has
+    fewer than _SHARED_DURATIONS): ops of one duration share it, 28 bytes an op, and a profile
+    whose durations all differ does not grow the table without bound."""
+    shared = table.get(value)
+    if shared is not None:
+        return shared
+    if len(table) < _SHARED_DURATIONS:
+        table[value] = value
+    return value
 
 
 def _event_end(ops: list[Op], firsts: list[int], at: int) -> int:

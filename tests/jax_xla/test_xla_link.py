@@ -167,6 +167,16 @@ def test_runs_of_an_instruction_share_what_they_have_in_common(tpu_traces: list[
     for op in timed:
         assert op.dur_ps is durations.setdefault(op.dur_ps, op.dur_ps)
     assert len(timed) > 1000 and len(durations) < len(timed) / 2
+    # a host launch shares its kernel's correlation id object
+    launched = 0
+    for trace in gpu_traces:
+        for e in trace.edges:
+            if e.kind == EdgeKind.LAUNCH:
+                launch, kernel = trace.ops[e.src], trace.ops[e.dst]
+                if launch.attrs["correlation"] > 256:  # (CPython caches the smaller ones)
+                    assert launch.attrs["correlation"] is kernel.attrs["correlation"]
+                    launched += 1
+    assert launched > 50
     if sys.implementation.name == "cpython":
         launches = [op for t in gpu_traces for op in t.ops if not op.on_device]
         for op in described[:100] + launches[:100]:
