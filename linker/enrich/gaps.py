@@ -100,8 +100,8 @@ def add_gaps(trace: LinkedTrace, per_resource: bool = False,
                     released[at_dst] = at_src
                 else:
                     end = op.start_ps + (op.dur_ps if replay_dur is None else replay_dur(op))
-                    op = ops[known]
-                    if end > op.start_ps + (op.dur_ps if replay_dur is None else replay_dur(op)):
+                    dep = ops[known]
+                    if end > dep.start_ps + (dep.dur_ps if replay_dur is None else replay_dur(dep)):
                         released[at_dst] = at_src
     compute_lanes = set()
     if per_resource:
