@@ -11,6 +11,9 @@ from chakra_hooks.linker.model cimport Edge, Op
 cpdef object add_gaps(object trace, object per_resource=*, object replay_dur=*)
 
 
+cpdef object _end(Op op, object replay_dur)
+
+
 @cython.locals(a=Op, b=Op, i=Py_ssize_t)
 cpdef bint _in_start_order(list ops) except -1
 

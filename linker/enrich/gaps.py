@@ -99,9 +99,9 @@ def add_gaps(trace: LinkedTrace, per_resource: bool = False,
                 if known is None:
                     released[at_dst] = at_src
                 else:
-                    end = op.start_ps + (op.dur_ps if replay_dur is None else replay_dur(op))
+                    end = _end(op, replay_dur)
                     dep = ops[known]
-                    if end > dep.start_ps + (dep.dur_ps if replay_dur is None else replay_dur(dep)):
+                    if end > _end(dep, replay_dur):
                         released[at_dst] = at_src
     compute_lanes = set()
     if per_resource:
@@ -142,7 +142,7 @@ def add_gaps(trace: LinkedTrace, per_resource: bool = False,
             known = released[at]
             if known is not None:
                 dep = ops[known]
-                latest = dep.start_ps + (dep.dur_ps if replay_dur is None else replay_dur(dep))
+                latest = _end(dep, replay_dur)
                 if latest > ready:
                     ready, released_from = latest, dep.uid
             slack = op.start_ps - ready
@@ -162,12 +162,17 @@ def add_gaps(trace: LinkedTrace, per_resource: bool = False,
                 added += 1
                 gap_ps += slack
             if occupies:
-                end = op.start_ps + (op.dur_ps if replay_dur is None else replay_dur(op))
+                end = _end(op, replay_dur)
                 if end >= reach:
                     reach, before = end, op.uid
     trace.stats["gaps"] = added
     trace.stats["gap_ps"] = gap_ps
     return added
+
+
+def _end(op: Op, replay_dur: Callable[[Op], int] | None) -> int:
+    """A timed op's end as replayed (add_gaps)."""
+    return op.start_ps + (op.dur_ps if replay_dur is None else replay_dur(op))
 
 
 def _in_start_order(ops: list[Op]) -> bool:

@@ -251,7 +251,7 @@ def _add_host_launches(trace: LinkedTrace, launches: _Launches, found: _HostLaun
     ``thread:<line>``, with a LAUNCH edge to the device op of their correlation id (the last
     one made, when an event made several) and program order (HOST_ORDER) along their thread."""
     # correlation id -> the device op; a launch shares its integer object, as launches of one
-    # duration share theirs (link()): a launch profile has a launch per kernel.
+    # duration share theirs (_shared): a launch profile has a launch per kernel.
     device_op: dict[int, Op] = {}
     for op in trace.ops:
         corr = op.attrs.get("correlation")
