@@ -17,16 +17,15 @@ cpdef void _order_edges(list edges, list ops, list firsts, Py_ssize_t before, Py
                         object kind) except *
 
 
-@cython.locals(k=Py_ssize_t, at=Py_ssize_t, last=Py_ssize_t, j=Py_ssize_t, e=Py_ssize_t,
-               running=list)
+# uid: a C integer, so that ops[uid] is a direct list read (an event's first op holds its times)
+@cython.locals(k=Py_ssize_t, at=Py_ssize_t, last=Py_ssize_t, j=Py_ssize_t, uid=Py_ssize_t,
+               first=Op, op=Op, running=list)
 cpdef void _lane_edges(list edges, list ops, list firsts, const long long[:] on_lane,
-                       const long long[:] order, object start_ps, object dur_ps,
                        object kind) except *
 
 
-@cython.locals(k=Py_ssize_t, before=Py_ssize_t, after=Py_ssize_t)
-cpdef bint _one_at_a_time(const long long[:] on_lane, const long long[:] order, object start_ps,
-                          object dur_ps) except -1
+@cython.locals(k=Py_ssize_t, uid=Py_ssize_t, before=Op, after=Op)
+cpdef bint _one_at_a_time(list ops, list firsts, const long long[:] on_lane) except -1
 
 
 @cython.locals(op=Op)

@@ -90,8 +90,7 @@ def load_each(job: RankJob) -> TraceStream:
         with gc_paused():
             for k, dev in enumerate(devices):
                 dev.events.unpack()
-                trace = _DeviceLinker(dev, modules, path, ids[dev.ordinal]).link()
-                dev.events = DeviceEvents()  # its ops hold what is needed now: the columns can go
+                trace = _DeviceLinker(dev, modules, path, ids[dev.ordinal]).link()  # takes dev.events
                 _number_groups(trace, group_ids)
                 if launches is not None:
                     launches.per_device[k].unpack()
@@ -384,6 +383,7 @@ class _DeviceLinker:
                                     "local_device_ordinal": dev.ordinal})
 
     def link(self) -> LinkedTrace:
+        """The device's trace. Takes the device's events: they are gone once it returns."""
         events = self.dev.events
         ops = self.trace.ops
         self.has_transfers = events.has_transfers  # once, not per copy-start
@@ -403,16 +403,18 @@ class _DeviceLinker:
             inst_of.append(inst)
         self._data_edges()
         # What only the data edges read goes before the stream-order edges, a device's peak:
-        # 16 bytes an event.
+        # the device's columns (about 45 bytes an event; its ops hold what the rest reads, so
+        # linking takes them), the linking order and each event's module and instruction.
         sources = sorted({module.source for module in module_of if module is not None})
-        self.module_of, self.inst_of = [], []
-        del module_of, inst_of
+        count = len(events)
+        self.dev.events, self.order, self.module_of, self.inst_of = DeviceEvents(), array("q"), [], []
+        del events, order, module_of, inst_of
         self._stream_edges()
         self._copy_edges()
         stats = self.trace.stats
-        stats["device_events"] = len(self.dev.events)
+        stats["device_events"] = count
         stats["hlo_matched"] = matched
-        stats["hlo_match_rate"] = matched / len(self.dev.events) if self.dev.events else 1.0
+        stats["hlo_match_rate"] = matched / count if count else 1.0
         stats["match_rate"] = stats["hlo_match_rate"]  # the key convert's summary table shows
         self.trace.metadata["hlo_source"] = ",".join(sources) or "none"
         return self.trace
@@ -630,30 +632,29 @@ class _DeviceLinker:
     def _stream_edges(self) -> None:
         """Each op waits for the latest op on its lane that had finished when it started.
 
-        Ops of one event (a SEND and a RECV of one permute) are concurrent and all follow it."""
-        events = self.dev.events
-        lane, start_ps, dur_ps = events.lane, events.start_ps, events.dur_ps
-        order, firsts, ops = self.order, self.firsts, self.trace.ops
-        by_lane: dict[int, array] = {}  # lane -> its events' places in linking order
-        for at, i in enumerate(order):
-            on_lane = by_lane.get(lane[i])
+        Ops of one event (a SEND and a RECV of one permute) are concurrent and all follow it.
+        What an event's lane and times are is read from its first op (its ops share them)."""
+        firsts, ops = self.firsts, self.trace.ops
+        by_lane: dict[str, array] = {}  # lane -> its events' places in linking order
+        for at in range(len(firsts)):
+            lane = ops[firsts[at]].lane
+            on_lane = by_lane.get(lane)
             if on_lane is None:
-                on_lane = by_lane[lane[i]] = array("q")
+                on_lane = by_lane[lane] = array("q")
             on_lane.append(at)
         edges, stream_order = self.trace.edges, EdgeKind.STREAM_ORDER
         for on_lane in by_lane.values():
-            _lane_edges(edges, ops, firsts, on_lane, order, start_ps, dur_ps, stream_order)
+            _lane_edges(edges, ops, firsts, on_lane, stream_order)
 
 
 def _lane_edges(edges: list[Edge], ops: list[Op], firsts: list[int], on_lane: Sequence[int],
-                order: Sequence[int], start_ps: Sequence[int], dur_ps: Sequence[int],
                 kind: EdgeKind) -> None:
     """One lane's stream-order edges: each of its events (``on_lane``: their places in
-    linking ``order``, in start order) waits for the latest of them that had finished when it
+    linking order, in start order) waits for the latest of them that had finished when it
     started."""
     # The usual stream runs one op at a time: then what had finished last when an op started
     # is the op before it (ends follow starts), which the heap walk finds at a cost.
-    if _one_at_a_time(on_lane, order, start_ps, dur_ps):
+    if _one_at_a_time(ops, firsts, on_lane):
         for k in range(1, len(on_lane)):
             _order_edges(edges, ops, firsts, on_lane[k - 1], on_lane[k], kind)
         return
@@ -661,16 +662,19 @@ def _lane_edges(edges: list[Edge], ops: list[Op], firsts: list[int], on_lane: Se
     last = -1  # none yet
     for k in range(len(on_lane)):
         at = on_lane[k]
-        start = start_ps[order[at]]
+        uid = firsts[at]
+        first = ops[uid]
+        start = first.start_ps
         while running and running[0][0] <= start:
             end, _, j = heapq.heappop(running)
             if last < 0:
                 last = j
             else:
-                e = order[on_lane[last]]
-                if (start_ps[e] + dur_ps[e], last) <= (end, j):
+                uid = firsts[on_lane[last]]
+                op = ops[uid]
+                if (op.start_ps + op.dur_ps, last) <= (end, j):
                     last = j
-        heapq.heappush(running, (start + dur_ps[order[at]], k, k))
+        heapq.heappush(running, (start + first.dur_ps, k, k))
         if last >= 0:
             _order_edges(edges, ops, firsts, on_lane[last], at, kind)
 
@@ -731,13 +735,15 @@ def _order_edges(edges: list[Edge], ops: list[Op], firsts: list[int], before: in
             edges.append(Edge(s, d, kind))
 
 
-def _one_at_a_time(on_lane: Sequence[int], order: Sequence[int], start_ps: Sequence[int],
-                   dur_ps: Sequence[int]) -> bool:
-    """Whether each of a lane's events (its places in linking ``order``, in start order)
-    ended before the next one started."""
+def _one_at_a_time(ops: list[Op], firsts: list[int], on_lane: Sequence[int]) -> bool:
+    """Whether each of a lane's events (its places in linking order, in start order) ended
+    before the next one started."""
     for k in range(1, len(on_lane)):
-        before, after = order[on_lane[k - 1]], order[on_lane[k]]
-        if start_ps[before] + dur_ps[before] > start_ps[after]:
+        uid = firsts[on_lane[k - 1]]
+        before = ops[uid]
+        uid = firsts[on_lane[k]]
+        after = ops[uid]
+        if before.start_ps + before.dur_ps > after.start_ps:
             return False
     return True
 
