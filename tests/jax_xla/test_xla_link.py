@@ -427,6 +427,7 @@ def test_stream_order_is_what_had_ended_last_when_each_op_started() -> None:
             events.add(kernel, 0, start * us, dur * us, events.intern(lane))
     device = Device("gpu", 0, "/device:GPU:0", "test clock", events)
     trace = xla_link._DeviceLinker(device, {}, Path("generated"), 0).link()
+    assert len(device.events) == 0 and trace.stats["device_events"] == 8  # linking took them
     uid = {}
     for op in trace.ops:
         uid.setdefault((op.lane, op.start_ps // us, op.dur_ps // us), op.uid)
