@@ -14,9 +14,9 @@ cpdef bint _all_whole_ns(list ops) except -1
 cpdef bytes _make_node(Op op, object deps, str exact_unit, NodeEncoder enc, Tally tally)
 
 
-@cython.locals(incoming=dict, places=list, stats=dict, edges=list, data=list, ctrl=list,
+@cython.locals(incoming=dict, places=list, stats=dict, data=list, ctrl=list,
                edges_out=Py_ssize_t, i=Py_ssize_t, edge=Edge, by_place=bint, listed=bint,
-               count=Py_ssize_t)
+               count=Py_ssize_t, edge_list=bint)
 cpdef tuple _resolve_edges(object trace, list ops, bint all_kept=*, bint consume=*)
 cpdef object _with_source(object slot, object src, object kind)
 

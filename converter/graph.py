@@ -178,13 +178,14 @@ def _resolve_edges(trace: LinkedTrace, ops: list[Op], all_kept: bool = False,
     listed = by_place
     places: list[object] = [None] * count if listed else []
     incoming: dict[int, object] = {}
-    edges = trace.edges
+    edges = trace.edges  # a list of Edge, or model.EdgeColumns (iterated as Edge)
+    edge_list = type(edges) is list
     stats = {"edges_in": len(edges), "edges_missing_end": 0, "edges_self": 0, "edges_against_time": 0}
     if consume:
         trace.edges = []
     has_parent = False
     for i, edge in enumerate(edges):
-        if consume:
+        if consume and edge_list:
             edges[i] = None  # the edge map replaces it
         src, dst = edge.src, edge.dst
         if (not (0 <= src < count and 0 <= dst < count) if by_place

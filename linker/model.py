@@ -10,6 +10,7 @@ nowhere else; the converter only rounds picoseconds to Chakra's microseconds at 
 from __future__ import annotations
 
 import enum
+from array import array
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -164,6 +165,70 @@ class Edge:
     kind: EdgeKind
 
 
+_EDGE_KINDS = (None, *EdgeKind)  # an EdgeKind by its value (1..6)
+
+
+@cython.cclass
+class EdgeColumns:
+    """A trace's edges as three columns (source uid, destination uid, kind): 17 bytes an edge
+    where an ``Edge`` and its list slot take 56. A linker that makes millions of edges (an
+    XLA device's) keeps them so; to every reader it is a sequence of edges like a list of
+    ``Edge`` (iterating makes each ``Edge`` as it goes), and ``append`` takes one. The
+    columns are whole once ``len()`` or iteration has run: edges are added to a short list
+    first and moved into the columns a batch at a time by a loop the compiled build types (an
+    array's own ``append`` or ``extend`` parses each value: 300 instructions or so)."""
+
+    def __init__(self) -> None:
+        self.src = array("q")
+        self.dst = array("q")
+        self.kind = array("b")
+        self._pending = []  # src, dst, kind, src, dst, kind, ... not in the columns yet
+
+    def add(self, src: int, dst: int, kind: EdgeKind) -> None:
+        pending = self._pending
+        pending.append(src)
+        pending.append(dst)
+        pending.append(kind)
+        if len(pending) >= 3 * 4096:
+            self._flush()
+
+    def append(self, edge: Edge) -> None:
+        self.add(edge.src, edge.dst, edge.kind)
+
+    def _flush(self) -> None:
+        pending = self._pending
+        if pending:
+            _move(pending, 0, self.src)
+            _move(pending, 1, self.dst)
+            _move(pending, 2, self.kind)
+            pending.clear()
+
+    def __len__(self) -> int:
+        self._flush()
+        return len(self.kind)
+
+    def __iter__(self):
+        self._flush()
+        return map(Edge, self.src, self.dst, map(_EDGE_KINDS.__getitem__, self.kind))
+
+
+def _move(pending: list, first: int, column: array) -> None:
+    """Append every third item of ``pending`` from ``first`` on to ``column``: room made in
+    one step, then filled in place (typed loops in the compiled build: linker/model.pxd)."""
+    at = len(column)
+    column.frombytes(bytes((len(pending) - first + 2) // 3 * column.itemsize))
+    if column.typecode == "b":
+        kinds = column
+        for i in range(first, len(pending), 3):
+            kinds[at] = pending[i]
+            at += 1
+    else:
+        uids = column
+        for i in range(first, len(pending), 3):
+            uids[at] = pending[i]
+            at += 1
+
+
 @dataclass(slots=True)
 class LinkedTrace:
     """One rank's linked trace: what the converter turns into one Chakra ET file."""
@@ -172,7 +237,7 @@ class LinkedTrace:
     framework: str  # "pytorch", "jax", ...
     clock: str  # which clock the times are on, e.g. "kineto baseTimeNanoseconds" (stated in output)
     ops: list[Op] = field(default_factory=list)
-    edges: list[Edge] = field(default_factory=list)
+    edges: list[Edge] | EdgeColumns = field(default_factory=list)
     groups: dict[int, list[int]] = field(default_factory=dict)  # process group id -> global ranks
     metadata: dict[str, AttrValue] = field(default_factory=dict)  # copied into GlobalMetadata
     stats: dict[str, float | int] = field(default_factory=dict)  # match rates etc., for summaries

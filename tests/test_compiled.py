@@ -142,6 +142,8 @@ def test_the_model_runs_as_plain_python_without_cython_installed() -> None:
             "from chakra_hooks.linker import model\n"
             "op = model.Op(3, 'k', model.OpKind.COMPUTE, True, 'lane', 5, 7)\n"
             "assert op.attrs == {} and model.Edge(1, 3, model.EdgeKind.DATA).dst == 3\n"
+            "edges = model.EdgeColumns(); edges.add(1, 3, model.EdgeKind.DATA)\n"
+            "assert [(e.src, e.dst, e.kind) for e in edges] == [(1, 3, model.EdgeKind.DATA)]\n"
             "print(model.__file__)")
     env = dict(os.environ, **{_compiled.PURE_ENV: "1"})
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)

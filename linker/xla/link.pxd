@@ -1,7 +1,7 @@
 # Declarations for the compiled build only (setup.py; the .py runs unchanged without them):
 # the per-device linker's typed helpers.
 cimport cython
-from chakra_hooks.linker.model cimport Edge, Op
+from chakra_hooks.linker.model cimport Edge, EdgeColumns, Op
 from chakra_hooks.linker.xla.devices cimport DeviceEvent
 
 
@@ -13,14 +13,14 @@ cpdef list _event_uids(list ops, list firsts, Py_ssize_t at)
 
 
 @cython.locals(src_ops=Py_ssize_t, dst_ops=Py_ssize_t)
-cpdef void _order_edges(list edges, list ops, list firsts, Py_ssize_t before, Py_ssize_t after,
+cpdef void _order_edges(EdgeColumns edges, list ops, list firsts, Py_ssize_t before, Py_ssize_t after,
                         object kind) except *
 
 
 # uid: a C integer, so that ops[uid] is a direct list read (an event's first op holds its times)
 @cython.locals(k=Py_ssize_t, at=Py_ssize_t, last=Py_ssize_t, j=Py_ssize_t, uid=Py_ssize_t,
                first=Op, op=Op, running=list)
-cpdef void _lane_edges(list edges, list ops, list firsts, const long long[:] on_lane,
+cpdef void _lane_edges(EdgeColumns edges, list ops, list firsts, const long long[:] on_lane,
                        object kind) except *
 
 

@@ -23,7 +23,7 @@ import orjson
 from chakra_hooks.common.errors import TraceFormatError
 from chakra_hooks.linker.xla import hlo
 from chakra_hooks.linker.model import (
-    CommInfo, CommType, Edge, EdgeKind, LinkedTrace, Op, OpKind, TensorIO, shared_key_attrs,
+    CommInfo, CommType, EdgeColumns, EdgeKind, LinkedTrace, Op, OpKind, TensorIO, shared_key_attrs,
 )
 from chakra_hooks.linker.sources import RankJob, TraceStream
 from chakra_hooks.linker.gc_pause import gc_paused
@@ -268,12 +268,12 @@ def _add_host_launches(trace: LinkedTrace, launches: _Launches, found: _HostLaun
                 on_device=False, lane=lane, start_ps=base + launches.offset[i],
                 dur_ps=_shared(launches.dur[i], durations), attrs=attrs.__dict__)
         trace.ops.append(op)
-        trace.edges.append(Edge(op.uid, launched.uid, EdgeKind.LAUNCH))
+        trace.edges.add(op.uid, launched.uid, EdgeKind.LAUNCH)
         added.append(op)
     added.sort(key=lambda o: (o.lane, o.start_ps, o.uid))
     for a, b in zip(added, added[1:]):
         if a.lane == b.lane:
-            trace.edges.append(Edge(a.uid, b.uid, EdgeKind.HOST_ORDER))
+            trace.edges.add(a.uid, b.uid, EdgeKind.HOST_ORDER)
     trace.stats["host_launches"] = len(added)
 
 
@@ -361,8 +361,8 @@ class _DeviceLinker:
     trace: LinkedTrace = field(init=False)
     # What the edges need of each event, as columns by its place in linking order (an object
     # per event was 80 bytes, beside its op's 517): its index in the device's columns, the uid
-    # of its first op (the op's own integer, which the edges share; an event's ops are made
-    # one after the other, so the next event's first ends them), its module and instruction.
+    # of its first op (the op's own integer, not a copy; an event's ops are made one after
+    # the other, so the next event's first ends them), its module and instruction.
     order: array = field(default_factory=lambda: array("q"))
     firsts: list[int] = field(default_factory=list)
     module_of: list[hlo.HloModule | None] = field(default_factory=list)
@@ -378,7 +378,9 @@ class _DeviceLinker:
 
     def __post_init__(self) -> None:
         dev = self.dev
-        self.trace = LinkedTrace(rank=self.device_id, framework="jax", clock=dev.clock)
+        # A device's edges are millions: as columns (model.EdgeColumns), 17 bytes an edge.
+        self.trace = LinkedTrace(rank=self.device_id, framework="jax", clock=dev.clock,
+                                 edges=EdgeColumns())
         self.trace.metadata.update({"device": dev.plane, "device_kind": dev.kind, "clock": dev.clock,
                                     "local_device_ordinal": dev.ordinal})
 
@@ -585,7 +587,7 @@ class _DeviceLinker:
                     if src < mine[0] and (src, dst) not in seen:
                         seen.add((src, dst))
                         if self._ended_before(src, dst):
-                            edges.append(Edge(src, dst, EdgeKind.DATA))
+                            edges.add(src, dst, EdgeKind.DATA)
                         else:
                             overlapping += 1
         self.trace.stats["data_edges_overlapping"] = overlapping
@@ -621,7 +623,7 @@ class _DeviceLinker:
                     continue
                 k = bisect.bisect_left(starts, load.start_ps + load.dur_ps)
                 if k < len(lane_ops):
-                    self.trace.edges.append(Edge(load.uid, lane_ops[k].uid, EdgeKind.SYNC))
+                    self.trace.edges.add(load.uid, lane_ops[k].uid, EdgeKind.SYNC)
 
     def _result_uid(self, at: int) -> int:
         """The op whose output consumers read: the RECV of a permute, else the last op."""
@@ -647,7 +649,7 @@ class _DeviceLinker:
             _lane_edges(edges, ops, firsts, on_lane, stream_order)
 
 
-def _lane_edges(edges: list[Edge], ops: list[Op], firsts: list[int], on_lane: Sequence[int],
+def _lane_edges(edges: EdgeColumns, ops: list[Op], firsts: list[int], on_lane: Sequence[int],
                 kind: EdgeKind) -> None:
     """One lane's stream-order edges: each of its events (``on_lane``: their places in
     linking order, in start order) waits for the latest of them that had finished when it
@@ -713,26 +715,25 @@ def _event_end(ops: list[Op], firsts: list[int], at: int) -> int:
 
 
 def _event_uids(ops: list[Op], firsts: list[int], at: int) -> list[int]:
-    """The uids of the ops of the event at ``at`` in linking order: the ops' own integers,
-    which the edges then share (a range would make an integer per edge)."""
+    """The uids of the ops of the event at ``at`` in linking order (the ops' own integers)."""
     first, end = firsts[at], _event_end(ops, firsts, at)
     return [first] if end - first == 1 else [ops[u].uid for u in range(first, end)]
 
 
-def _order_edges(edges: list[Edge], ops: list[Op], firsts: list[int], before: int, after: int,
+def _order_edges(edges: EdgeColumns, ops: list[Op], firsts: list[int], before: int, after: int,
                  kind: EdgeKind) -> None:
     """Every op of the event at ``after`` (in linking order) waits for every op of the one at
-    ``before``. Edges hold the ops' own uid integers."""
+    ``before``."""
     src, dst = firsts[before], firsts[after]
     src_ops = _event_end(ops, firsts, before) - src
     dst_ops = _event_end(ops, firsts, after) - dst
     if src_ops == 1 and dst_ops == 1:  # the usual event: one op
-        edges.append(Edge(src, dst, kind))
+        edges.add(src, dst, kind)
         return
     dsts = _event_uids(ops, firsts, after)
     for s in _event_uids(ops, firsts, before):
         for d in dsts:
-            edges.append(Edge(s, d, kind))
+            edges.add(s, d, kind)
 
 
 def _one_at_a_time(ops: list[Op], firsts: list[int], on_lane: Sequence[int]) -> bool:

@@ -11,7 +11,9 @@ from chakra_hooks.converter.attrs import attr_dict, value_of
 from chakra_hooks.converter.graph import build_graph, round_us
 from chakra_hooks.converter.schema import NodeType
 from chakra_hooks.converter.validate import validate
-from chakra_hooks.linker.model import CommInfo, CommType, Edge, EdgeKind, LinkedTrace, Op, OpKind
+from chakra_hooks.linker.model import (
+    CommInfo, CommType, Edge, EdgeColumns, EdgeKind, LinkedTrace, Op, OpKind,
+)
 
 US = 1_000_000  # picoseconds
 
@@ -67,6 +69,25 @@ def test_full_target_nodes_attributes_and_edges(tmp_path: Path) -> None:
     et = etio.read_et(path)
     assert validate(str(path), et.metadata, et.nodes).ok
 
+
+
+@pytest.mark.parametrize("count", [1, 4095, 4096, 4097, 10_000])  # across the batch size
+def test_edges_as_columns_read_and_convert_as_a_list_of_edges(count: int) -> None:
+    edges = [Edge(i, i + 1 + i % 3, EdgeKind.DATA if i % 2 else EdgeKind.STREAM_ORDER)
+             for i in range(count)]
+    columns = EdgeColumns()
+    for edge in edges[:count // 2]:
+        columns.append(edge)
+    for edge in edges[count // 2:]:
+        columns.add(edge.src, edge.dst, edge.kind)
+    assert len(columns) == count and list(columns) == edges
+    assert all(type(e.kind) is EdgeKind for e in columns)
+    ops = [Op(i, "k", OpKind.COMPUTE, True, "stream:0:1", i * US, US // 2) for i in range(count + 3)]
+
+    def graph(edges) -> list[bytes]:
+        return build_graph(LinkedTrace(0, "jax", "test clock", list(ops), edges)).bodies
+
+    assert graph(columns) == graph(list(edges))
 
 def test_astra_sim_target_keeps_timing_and_dependencies() -> None:
     graph = build_graph(small_trace(), target="astra-sim")

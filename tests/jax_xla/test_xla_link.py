@@ -19,7 +19,7 @@ from chakra_hooks.linker.xla import link as xla_link
 from chakra_hooks.linker.xla.devices import Device, DeviceEvents
 from chakra_hooks.linker.xla import xspace, xspace_pb2
 from chakra_hooks.linker.gc_pause import gc_paused
-from chakra_hooks.linker.model import CommType, EdgeKind, LinkedTrace, Op, OpKind
+from chakra_hooks.linker.model import CommType, Edge, EdgeColumns, EdgeKind, LinkedTrace, Op, OpKind
 from chakra_hooks.linker.sources import RankJob
 
 TPU = "jax_xla/tpu_inference_2.xplane.pb"
@@ -137,13 +137,16 @@ def test_tpu_data_edges_follow_hlo_operands(tpu_traces: list[LinkedTrace]) -> No
         assert e.src < e.dst  # uids follow start order: no cycles
 
 
-def test_edges_hold_their_ops_own_uid_integers(tpu_traces: list[LinkedTrace]) -> None:
-    """An edge names its ops by the ops' own uid integers, not equal copies: a device has
-    about two edges an op, and a copy of a uid past 256 is 28 bytes more for each end."""
+def test_a_device_holds_its_edges_as_columns(tpu_traces: list[LinkedTrace]) -> None:
+    """A device has about two edges an op: as columns they take 17 bytes each, where an Edge
+    and its list slot took 56. Read, they are edges like any other."""
     t = tpu_traces[1]
+    assert type(t.edges) is EdgeColumns
     kinds = Counter(e.kind for e in t.edges)
     assert len(t.ops) > 1000 and kinds[EdgeKind.DATA] > 1000 and kinds[EdgeKind.STREAM_ORDER] > 1000
-    assert all(e.src is t.ops[e.src].uid and e.dst is t.ops[e.dst].uid for e in t.edges)
+    assert sum(kinds.values()) == len(t.edges) == len(t.edges.src)
+    assert sum(column.itemsize for column in (t.edges.src, t.edges.dst, t.edges.kind)) == 17
+    assert all(type(e) is Edge and type(e.kind) is EdgeKind and e.dst < len(t.ops) for e in t.edges)
 
 
 def test_runs_of_an_instruction_share_what_they_have_in_common(tpu_traces: list[LinkedTrace],
