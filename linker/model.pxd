@@ -28,7 +28,7 @@ cdef class EdgeColumns:
     cpdef add(self, object src, object dst, object kind)
     cpdef append(self, Edge edge)
     cpdef _flush(self)
-
+    cpdef tuple columns(self)
 
 
 @cython.locals(at=Py_ssize_t, i=Py_ssize_t, kinds="signed char[:]", uids="long long[:]")

@@ -203,6 +203,12 @@ class EdgeColumns:
             _move(pending, 2, self.kind)
             pending.clear()
 
+    def columns(self) -> tuple[array, array, array]:
+        """The source, destination and kind columns, whole: for readers that read the edges
+        in place rather than as ``Edge`` objects."""
+        self._flush()
+        return self.src, self.dst, self.kind
+
     def __len__(self) -> int:
         self._flush()
         return len(self.kind)

@@ -35,7 +35,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from chakra_hooks.linker.model import Edge, EdgeKind, LinkedTrace, Op, OpKind, shared_key_attrs
+from chakra_hooks.linker.model import (Edge, EdgeColumns, EdgeKind, LinkedTrace, Op, OpKind,
+                                       shared_key_attrs)
 
 GAP_NAME = "host_gap"
 MIN_GAP_PS = 1_000_000  # 1 us
@@ -84,10 +85,26 @@ def add_gaps(trace: LinkedTrace, per_resource: bool = False,
     # waited for.
     released = [None] * n
     parent, order = _PARENT, _HOST_ORDER
-    for e in trace.edges:
-        if e.kind == parent:
-            continue
-        src, dst = e.src, e.dst
+    # An XLA device's edges are columns, read in place (making an Edge of each to read it
+    # cost 3 % of a conversion); a PyTorch rank's are a list of Edge.
+    edges = trace.edges
+    columns = type(edges) is EdgeColumns
+    if columns:
+        srcs, dsts, kinds = edges.columns()
+        edge_count = len(kinds)
+    else:
+        edge_list = edges if type(edges) is list else list(edges)
+        edge_count = len(edge_list)
+    for i in range(edge_count):
+        if columns:
+            if kinds[i] == parent:
+                continue
+            src, dst = srcs[i], dsts[i]
+        else:
+            e = edge_list[i]
+            if e.kind == parent:
+                continue
+            src, dst = e.src, e.dst
         if place_of is None:
             at_src, at_dst = src, dst
         else:
@@ -229,9 +246,13 @@ def add_window_anchor(trace: LinkedTrace) -> int | None:
     timed = [op for op in trace.ops if op.start_ps is not None and op.dur_ps is not None]
     if not timed:
         return None
-    has_deps = set()
-    for e in trace.edges:
-        has_deps.add(e.dst)
+    edges = trace.edges
+    if type(edges) is EdgeColumns:
+        has_deps = set(edges.columns()[1])
+    else:
+        has_deps = set()
+        for e in edges:
+            has_deps.add(e.dst)
     start = min([op.start_ps for op in timed])
     attrs = _GapAttrs()
     attrs.gap_ns = 0

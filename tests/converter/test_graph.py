@@ -11,6 +11,7 @@ from chakra_hooks.converter.attrs import attr_dict, value_of
 from chakra_hooks.converter.graph import build_graph, round_us
 from chakra_hooks.converter.schema import NodeType
 from chakra_hooks.converter.validate import validate
+from chakra_hooks.linker.enrich.gaps import add_gaps, add_window_anchor
 from chakra_hooks.linker.model import (
     CommInfo, CommType, Edge, EdgeColumns, EdgeKind, LinkedTrace, Op, OpKind,
 )
@@ -71,23 +72,42 @@ def test_full_target_nodes_attributes_and_edges(tmp_path: Path) -> None:
 
 
 
+def _as_columns(edges: list[Edge]) -> EdgeColumns:
+    """``edges`` as columns, half added as Edge objects and half as values; the last batch
+    stays waiting to be moved into the columns until they are read."""
+    columns = EdgeColumns()
+    for edge in edges[:len(edges) // 2]:
+        columns.append(edge)
+    for edge in edges[len(edges) // 2:]:
+        columns.add(edge.src, edge.dst, edge.kind)
+    return columns
+
+
 @pytest.mark.parametrize("count", [1, 4095, 4096, 4097, 10_000])  # across the batch size
 def test_edges_as_columns_read_and_convert_as_a_list_of_edges(count: int) -> None:
-    edges = [Edge(i, i + 1 + i % 3, EdgeKind.DATA if i % 2 else EdgeKind.STREAM_ORDER)
-             for i in range(count)]
-    columns = EdgeColumns()
-    for edge in edges[:count // 2]:
-        columns.append(edge)
-    for edge in edges[count // 2:]:
-        columns.add(edge.src, edge.dst, edge.kind)
-    assert len(columns) == count and list(columns) == edges
+    """Gaps, the window anchor and the converter read columns in place: the same ops, edges
+    and bytes as from a list of Edge, with every edge kind, edges whose end is missing and
+    self edges among them, for both targets."""
+    kinds = list(EdgeKind)
+    edges = [Edge(i, i + 1 + i % 3, kinds[i % len(kinds)]) for i in range(count)]
+    edges += [Edge(0, 0, EdgeKind.DATA), Edge(1, count + 99, EdgeKind.SYNC)]
+    columns = _as_columns(edges)
+    assert len(columns) == len(edges) and list(columns) == edges
     assert all(type(e.kind) is EdgeKind for e in columns)
-    ops = [Op(i, "k", OpKind.COMPUTE, True, "stream:0:1", i * US, US // 2) for i in range(count + 3)]
+    # 10 us apart on one stream, 1 us long: slack before every op (device gaps: 5 us or more)
+    ops = [Op(i, "k", OpKind.COMPUTE, True, "stream:0:1", i * 10 * US, US) for i in range(count + 3)]
 
-    def graph(edges) -> list[bytes]:
-        return build_graph(LinkedTrace(0, "jax", "test clock", list(ops), edges)).bodies
+    def converted(edges, target: str) -> tuple:
+        trace = LinkedTrace(0, "jax", "test clock", list(ops), edges)
+        gaps, anchor = add_gaps(trace), add_window_anchor(trace)
+        made = [(op.uid, op.name, op.start_ps, op.dur_ps) for op in trace.ops]
+        return gaps, anchor, made, list(trace.edges), build_graph(trace, target=target).bodies
 
-    assert graph(columns) == graph(list(edges))
+    for target in ("full", "astra-sim"):
+        from_columns = converted(_as_columns(edges), target)
+        assert from_columns[0] > 0
+        assert from_columns == converted(list(edges), target)
+
 
 def test_astra_sim_target_keeps_timing_and_dependencies() -> None:
     graph = build_graph(small_trace(), target="astra-sim")
