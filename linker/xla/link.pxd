@@ -5,6 +5,12 @@ from chakra_hooks.linker.model cimport Edge, EdgeColumns, Op
 from chakra_hooks.linker.xla.devices cimport DeviceEvent
 
 
+cdef class DeviceOpAttrs:
+    cdef public object hlo_module, hlo_category, correlation, hlo_op, hlo_opcode, others
+    cpdef list items(self)
+    cpdef object get(self, object name, object default=*)
+
+
 # the end as the list's own integer object: no C integer to box again for the arithmetic
 cpdef object _event_end(list ops, list firsts, Py_ssize_t at)
 
@@ -28,7 +34,7 @@ cpdef void _lane_edges(EdgeColumns edges, list ops, list firsts, const long long
 cpdef bint _one_at_a_time(list ops, list firsts, const long long[:] on_lane) except -1
 
 
-@cython.locals(op=Op)
+@cython.locals(op=Op, attrs=DeviceOpAttrs)
 cpdef Op _new_op(list ops, DeviceEvent ev, object kind, str name=*)
 
 

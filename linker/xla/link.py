@@ -14,16 +14,21 @@ import bisect
 import heapq
 import zlib
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
 
+try:  # read by Cython when it compiles this module (setup.py): see DeviceOpAttrs
+    import cython
+except ImportError:  # run as plain Python without Cython installed
+    from chakra_hooks.common.no_cython import cython
+
 from chakra_hooks.common.errors import TraceFormatError
 from chakra_hooks.linker.xla import hlo
 from chakra_hooks.linker.model import (
-    CommInfo, CommType, EdgeColumns, EdgeKind, LinkedTrace, Op, OpKind, TensorIO, shared_key_attrs,
+    CommInfo, CommType, EdgeColumns, EdgeKind, LinkedTrace, Op, OpKind, TensorIO,
 )
 from chakra_hooks.linker.sources import RankJob, TraceStream
 from chakra_hooks.linker.gc_pause import gc_paused
@@ -41,10 +46,137 @@ COMM_TYPES: dict[str, CommType] = {
     "collective-broadcast": CommType.BROADCAST,
 }
 
-# A device's ops and launches are most of what a conversion holds: their attribute dicts
-# share their names (model.shared_key_attrs; the order _new_op and _describe set them in).
-_KernelAttrs = shared_key_attrs("hlo_module", "hlo_category", "correlation", "hlo_op", "hlo_opcode")
-_LaunchAttrs = shared_key_attrs("correlation")
+_MISSING = object()
+
+
+# A device's ops and launches are most of what a conversion holds (docs/performance.md).
+@cython.no_gc  # it holds names, numbers and a list at most: no reference cycle
+@cython.cclass
+class DeviceOpAttrs:
+    """The ``Op.attrs`` of a device op or a host launch: its attributes with the names an XLA
+    op has as fields (C fields compiled: 64 bytes, where a dict sharing its keys with the
+    others took 120), other names in an ordinary dict. Every reader reads it as the dict it
+    stands for: ``items()``, ``get``, ``in``, ``[]``, ``pop``, ``len``, and the order is the
+    one those names are set in (``_new_op``, then ``_describe``), other names last.
+
+    A named attribute whose value is None is absent (no op has one: a dict would hold it)."""
+
+    def __init__(self, hlo_module: str | None = None, hlo_category: str | None = None,
+                 correlation: int | None = None) -> None:
+        self.hlo_module = hlo_module
+        self.hlo_category = hlo_category
+        self.correlation = correlation
+        self.hlo_op = None
+        self.hlo_opcode = None
+        self.others = None  # dict of any other name
+
+    def items(self) -> list[tuple[str, object]]:
+        out = []
+        if self.hlo_module is not None:
+            out.append(("hlo_module", self.hlo_module))
+        if self.hlo_category is not None:
+            out.append(("hlo_category", self.hlo_category))
+        if self.correlation is not None:
+            out.append(("correlation", self.correlation))
+        if self.hlo_op is not None:
+            out.append(("hlo_op", self.hlo_op))
+        if self.hlo_opcode is not None:
+            out.append(("hlo_opcode", self.hlo_opcode))
+        if self.others:
+            out.extend(self.others.items())
+        return out
+
+    def get(self, name: str, default: object = None) -> object:
+        if name == "hlo_module":
+            value = self.hlo_module
+        elif name == "hlo_category":
+            value = self.hlo_category
+        elif name == "correlation":
+            value = self.correlation
+        elif name == "hlo_op":
+            value = self.hlo_op
+        elif name == "hlo_opcode":
+            value = self.hlo_opcode
+        else:
+            return default if self.others is None else self.others.get(name, default)
+        return default if value is None else value
+
+    def __setitem__(self, name: str, value: object) -> None:
+        if name == "hlo_module":
+            self.hlo_module = value
+        elif name == "hlo_category":
+            self.hlo_category = value
+        elif name == "correlation":
+            self.correlation = value
+        elif name == "hlo_op":
+            self.hlo_op = value
+        elif name == "hlo_opcode":
+            self.hlo_opcode = value
+        else:
+            if self.others is None:
+                self.others = {}
+            self.others[name] = value
+
+    def pop(self, name: str, default: object = _MISSING) -> object:
+        value = self.get(name, _MISSING)
+        if value is _MISSING:
+            if default is _MISSING:
+                raise KeyError(name)
+            return default
+        if name in _OP_ATTR_NAMES:
+            self[name] = None
+        else:
+            del self.others[name]
+        return value
+
+    def __getitem__(self, name: str) -> object:
+        value = self.get(name, _MISSING)
+        if value is _MISSING:
+            raise KeyError(name)
+        return value
+
+    def __delitem__(self, name: str) -> None:
+        self.pop(name)
+
+    def __contains__(self, name: object) -> bool:
+        return self.get(name, _MISSING) is not _MISSING
+
+    def __len__(self) -> int:
+        return len(self.items())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def keys(self) -> list[str]:
+        return [name for name, _ in self.items()]
+
+    def values(self) -> list[object]:
+        return [value for _, value in self.items()]
+
+    def update(self, other: object = (), **more: object) -> None:
+        for name, value in dict(other, **more).items():
+            self[name] = value
+
+    def setdefault(self, name: str, default: object = None) -> object:
+        value = self.get(name, _MISSING)
+        if value is _MISSING:
+            self[name] = value = default
+        return value
+
+    def copy(self) -> dict[str, object]:
+        return dict(self.items())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, DeviceOpAttrs):
+            return self.items() == other.items()
+        return isinstance(other, dict) and dict(self.items()) == other
+
+    def __repr__(self) -> str:
+        return repr(dict(self.items()))
+
+
+_OP_ATTR_NAMES = frozenset(("hlo_module", "hlo_category", "correlation", "hlo_op", "hlo_opcode"))
+MutableMapping.register(DeviceOpAttrs)
 _SHARED_DURATIONS = 1 << 16  # distinct durations whose integer a device's ops share (_shared)
 
 
@@ -262,11 +394,10 @@ def _add_host_launches(trace: LinkedTrace, launches: _Launches, found: _HostLaun
     for i in range(len(launches)):
         lane, base = lines[launches.line[i]]
         launched = device_op[launches.corr[i]]
-        attrs = _LaunchAttrs()
-        attrs.correlation = launched.attrs["correlation"]
         op = Op(uid=len(trace.ops), name=names[launches.metadata[i]], kind=OpKind.COMPUTE,
                 on_device=False, lane=lane, start_ps=base + launches.offset[i],
-                dur_ps=_shared(launches.dur[i], durations), attrs=attrs.__dict__)
+                dur_ps=_shared(launches.dur[i], durations),
+                attrs=DeviceOpAttrs(None, None, launched.attrs["correlation"]))
         trace.ops.append(op)
         trace.edges.add(op.uid, launched.uid, EdgeKind.LAUNCH)
         added.append(op)
@@ -683,15 +814,9 @@ def _lane_edges(edges: EdgeColumns, ops: list[Op], firsts: list[int], on_lane: S
 
 def _new_op(ops: list[Op], ev: DeviceEvent, kind: OpKind, name: str | None = None) -> Op:
     """The op of device event ``ev`` (one of them, for a permute), appended to ``ops``."""
-    attrs = _KernelAttrs()
-    if ev.module_key:
-        attrs.hlo_module = ev.module_key
-    if ev.category:
-        attrs.hlo_category = ev.category
-    if ev.correlation is not None:
-        attrs.correlation = ev.correlation
+    attrs = DeviceOpAttrs(ev.module_key or None, ev.category or None, ev.correlation)
     op = Op(len(ops), name or ev.name, kind, True, ev.lane, ev.start_ps, ev.dur_ps, None,
-            ev.bytes_accessed, ev.flops, None, None, attrs.__dict__)
+            ev.bytes_accessed, ev.flops, None, None, attrs)
     ops.append(op)
     return op
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import sys
 from collections import Counter
+from collections.abc import MutableMapping
 from pathlib import Path
 
 import pytest
@@ -152,9 +153,8 @@ def test_a_device_holds_its_edges_as_columns(tpu_traces: list[LinkedTrace]) -> N
 def test_runs_of_an_instruction_share_what_they_have_in_common(tpu_traces: list[LinkedTrace],
                                                                 gpu_traces: list[LinkedTrace]) -> None:
     """A device's ops are most of what a conversion holds, and the runs of one instruction
-    share their TensorIO objects; ops of one duration its integer; their attribute dicts
-    share one table of names (a key-sharing dict: smaller than the same items in a dict of
-    their own, on CPython)."""
+    share their TensorIO objects; ops of one duration its integer; their attributes are a
+    DeviceOpAttrs (smaller than the same items in a dict, on CPython)."""
     t = tpu_traces[1]
     described = [op for op in t.ops if op.outputs is not None]
     by_inst: dict[tuple, list[Op]] = {}
@@ -185,6 +185,36 @@ def test_runs_of_an_instruction_share_what_they_have_in_common(tpu_traces: list[
         for op in described[:100] + launches[:100]:
             assert sys.getsizeof(op.attrs) < sys.getsizeof(dict(op.attrs)), op.attrs
         assert launches and all(list(op.attrs) == ["correlation"] for op in launches)
+
+
+def test_device_op_attrs_read_as_the_dict_they_stand_for() -> None:
+    attrs = xla_link.DeviceOpAttrs("m", None, 7)
+    as_dict = {"hlo_module": "m", "correlation": 7}
+    assert attrs == as_dict and dict(attrs) == as_dict and len(attrs) == 2 and attrs
+    attrs["_group"] = [0, 1]  # another name, as the linker sets it before _describe
+    attrs["hlo_op"], attrs["hlo_opcode"] = "fusion.1", "fusion"
+    as_dict.update(_group=[0, 1], hlo_op="fusion.1", hlo_opcode="fusion")
+    assert attrs.items() == [("hlo_module", "m"), ("correlation", 7), ("hlo_op", "fusion.1"),
+                             ("hlo_opcode", "fusion"), ("_group", [0, 1])]
+    assert attrs.pop("_group") == [0, 1] == as_dict.pop("_group")
+    assert attrs.pop("_group", None) is None and attrs.pop("hlo_category", 5) == 5
+    # with the name set outside the fixed ones popped, the order is the dict's
+    assert list(attrs) == list(as_dict) and attrs.items() == list(as_dict.items())
+    assert repr(attrs) == repr(as_dict) and attrs == as_dict and attrs == attrs.copy()
+    assert "hlo_op" in attrs and "hlo_category" not in attrs and "x" not in attrs
+    assert attrs.get("hlo_category", 3) == 3 and attrs.get("hlo_op") == "fusion.1"
+    for missing in ("hlo_category", "x"):
+        with pytest.raises(KeyError):
+            attrs[missing]
+        with pytest.raises(KeyError):
+            attrs.pop(missing)
+    assert isinstance(attrs, MutableMapping) and not xla_link.DeviceOpAttrs()
+
+    def body(attrs) -> list[bytes]:
+        op = Op(0, "k", OpKind.COMPUTE, True, "stream:0:1", 0, 10**6, attrs=attrs)
+        return graph.build_graph(LinkedTrace(0, "jax", "test clock", [op])).bodies
+
+    assert body(attrs) == body(dict(attrs))
 
 
 def test_gpu_one_trace_per_gpu_with_stream_order(gpu_traces: list[LinkedTrace]) -> None:
