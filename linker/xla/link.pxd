@@ -5,9 +5,13 @@ from chakra_hooks.linker.model cimport Edge, EdgeColumns, Op
 from chakra_hooks.linker.xla.devices cimport DeviceEvent
 
 
+cdef dict _FIELDS
+
+
 cdef class DeviceOpAttrs:
     cdef public object hlo_module, hlo_category, correlation, hlo_op, hlo_opcode, others
     cpdef list items(self)
+    @cython.locals(field=Py_ssize_t)
     cpdef object get(self, object name, object default=*)
 
 

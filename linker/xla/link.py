@@ -87,30 +87,32 @@ class DeviceOpAttrs:
         return out
 
     def get(self, name: str, default: object = None) -> object:
-        if name == "hlo_module":
+        field = _FIELDS.get(name, -1)  # (one lookup: comparing the name with each costs more)
+        if field == 0:
             value = self.hlo_module
-        elif name == "hlo_category":
+        elif field == 1:
             value = self.hlo_category
-        elif name == "correlation":
+        elif field == 2:
             value = self.correlation
-        elif name == "hlo_op":
+        elif field == 3:
             value = self.hlo_op
-        elif name == "hlo_opcode":
+        elif field == 4:
             value = self.hlo_opcode
         else:
             return default if self.others is None else self.others.get(name, default)
         return default if value is None else value
 
     def __setitem__(self, name: str, value: object) -> None:
-        if name == "hlo_module":
+        field = _FIELDS.get(name, -1)
+        if field == 0:
             self.hlo_module = value
-        elif name == "hlo_category":
+        elif field == 1:
             self.hlo_category = value
-        elif name == "correlation":
+        elif field == 2:
             self.correlation = value
-        elif name == "hlo_op":
+        elif field == 3:
             self.hlo_op = value
-        elif name == "hlo_opcode":
+        elif field == 4:
             self.hlo_opcode = value
         else:
             if self.others is None:
@@ -123,7 +125,7 @@ class DeviceOpAttrs:
             if default is _MISSING:
                 raise KeyError(name)
             return default
-        if name in _OP_ATTR_NAMES:
+        if name in _FIELDS:
             self[name] = None
         else:
             del self.others[name]
@@ -142,7 +144,10 @@ class DeviceOpAttrs:
         return self.get(name, _MISSING) is not _MISSING
 
     def __len__(self) -> int:
-        return len(self.items())
+        count = ((self.hlo_module is not None) + (self.hlo_category is not None)
+                 + (self.correlation is not None) + (self.hlo_op is not None)
+                 + (self.hlo_opcode is not None))
+        return count if self.others is None else count + len(self.others)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.keys())
@@ -175,7 +180,7 @@ class DeviceOpAttrs:
         return repr(dict(self.items()))
 
 
-_OP_ATTR_NAMES = frozenset(("hlo_module", "hlo_category", "correlation", "hlo_op", "hlo_opcode"))
+_FIELDS = {"hlo_module": 0, "hlo_category": 1, "correlation": 2, "hlo_op": 3, "hlo_opcode": 4}
 MutableMapping.register(DeviceOpAttrs)
 _SHARED_DURATIONS = 1 << 16  # distinct durations whose integer a device's ops share (_shared)
 
