@@ -132,9 +132,9 @@ class Op:
 
 def shared_key_attrs(*names: str) -> type:
     """A class for the ``Op.attrs`` dicts of the many ops of a trace whose attribute names
-    come from one small set known in advance (an XLA kernel's, a host launch's, an idle
-    stretch's): set the attributes on an instance, then take its ``__dict__`` as the op's
-    attrs (the instance can go).
+    come from one small set known in advance (an idle stretch's: linker/enrich/gaps.py): set
+    the attributes on an instance, then take its ``__dict__`` as the op's attrs (the instance
+    can go). (An XLA device's ops have C fields instead: linker/xla/link.py:DeviceOpAttrs.)
 
     CPython keeps the attribute names of a class's instances in one table, so each such dict
     holds only its values (a key-sharing dict, PEP 412): about 124 bytes for up to five items
