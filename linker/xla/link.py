@@ -173,8 +173,8 @@ class DeviceOpAttrs:
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, DeviceOpAttrs):
-            return self.items() == other.items()
-        return isinstance(other, dict) and dict(self.items()) == other
+            other = dict(other.items())
+        return isinstance(other, dict) and dict(self.items()) == other  # in any order, as dicts
 
     def __repr__(self) -> str:
         return repr(dict(self.items()))
@@ -182,6 +182,7 @@ class DeviceOpAttrs:
 
 _FIELDS = {"hlo_module": 0, "hlo_category": 1, "correlation": 2, "hlo_op": 3, "hlo_opcode": 4}
 MutableMapping.register(DeviceOpAttrs)
+
 _SHARED_DURATIONS = 1 << 16  # distinct durations whose integer a device's ops share (_shared)
 
 

@@ -209,6 +209,9 @@ def test_device_op_attrs_read_as_the_dict_they_stand_for() -> None:
         with pytest.raises(KeyError):
             attrs.pop(missing)
     assert isinstance(attrs, MutableMapping) and not xla_link.DeviceOpAttrs()
+    one, other = xla_link.DeviceOpAttrs(), xla_link.DeviceOpAttrs()
+    one["a"], one["b"], other["b"], other["a"] = 1, 2, 2, 1
+    assert one == other and one != {"a": 1} and one != [("a", 1), ("b", 2)]  # as dicts compare
 
     def body(attrs) -> list[bytes]:
         op = Op(0, "k", OpKind.COMPUTE, True, "stream:0:1", 0, 10**6, attrs=attrs)
