@@ -35,7 +35,8 @@ CHAKRA_SCHEMA_VERSION = "0.0.4"
 # EnumType's __getattr__ hook, about ten times the cost of a module global.
 _DATA, _HOST_ORDER, _PARENT = EdgeKind.DATA, EdgeKind.HOST_ORDER, EdgeKind.PARENT
 _COLLECTIVE = OpKind.COLLECTIVE
-_HALF_US = PS_PER_US // 2  # (round_us runs twice per node: not divided again each time)
+# round_us' constants, C integers in the compiled build (graph.pxd); it runs twice per node
+_US, _HALF_US = PS_PER_US, PS_PER_US // 2
 
 _NODE_TYPE = {
     OpKind.COMPUTE: COMP,
@@ -90,7 +91,12 @@ class ChakraGraph:
 
 def round_us(ps: int) -> int:
     """Picoseconds to whole microseconds, rounded half up (never truncated)."""
-    return (ps + _HALF_US) // PS_PER_US
+    # Within 2^62 (an XLA profile's times, from its start) the compiled build adds and divides
+    # C integers (graph.pxd); the bounds are literals, which it compares without making ints.
+    if -4_611_686_018_427_387_904 < ps < 4_611_686_018_427_387_904:
+        small = ps
+        return (small + _HALF_US) // _US
+    return (ps + _HALF_US) // _US  # picoseconds since the epoch: beyond 64 bits
 
 
 def build_graph(trace: LinkedTrace, target: str | Target = Target.FULL, keep_mem: bool = False,
@@ -480,9 +486,11 @@ def _make_node(op: Op, deps: Deps | None, exact_unit: str, enc: NodeEncoder, tal
     enc.attr(buf, "is_cpu_op", cpu)
     if is_comm and on_host:
         enc.attr(buf, "host_side", True)
-    divisor = 1000 if exact_unit == "ns" else 1
-    enc.timing(buf, exact_unit, None if start_ps is None else start_ps // divisor,
-               None if dur_ps is None else dur_ps // divisor)
+    if exact_unit == "ns":
+        enc.timing(buf, exact_unit, None if start_ps is None else start_ps // 1000,
+                   None if dur_ps is None else dur_ps // 1000)
+    else:
+        enc.timing(buf, exact_unit, start_ps, dur_ps)
     if dur_ps is None:
         # Say so rather than pass off 0 as a measurement (an ET op that Kineto did not record).
         enc.attr(buf, "duration_unknown", True)

@@ -44,6 +44,12 @@ def small_trace() -> LinkedTrace:
 
 def test_rounding_is_half_up_not_truncation() -> None:
     assert [round_us(ps) for ps in (0, 499_999, 500_000, 2_499_999, 4_600_000)] == [0, 0, 1, 2, 5]
+    # compiled, times within 2^62 round on C integers and the rest (picoseconds since the
+    # epoch) as Python integers: the same rule on both sides of the bound, negatives too
+    edge = 1 << 62
+    for ps in (-500_000, -500_001, -1_500_000, edge - 1, edge, edge + 1, -edge, -edge + 1,
+               1_700_000_000_000_000_500_000, -1_700_000_000_000_000_500_001):
+        assert round_us(ps) == (ps + 500_000) // 1_000_000, ps
 
 
 def test_full_target_nodes_attributes_and_edges(tmp_path: Path) -> None:
