@@ -7,7 +7,7 @@ from chakra_hooks.converter.summary cimport Tally
 from chakra_hooks.converter.wire cimport NodeEncoder
 from chakra_hooks.linker.model cimport Edge, Op, TensorIO
 
-cdef long long _US, _HALF_US
+cdef long long _C_US, _C_HALF_US
 @cython.locals(small="long long")
 cpdef object round_us(object ps)
 @cython.locals(op=Op)

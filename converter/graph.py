@@ -35,8 +35,10 @@ CHAKRA_SCHEMA_VERSION = "0.0.4"
 # EnumType's __getattr__ hook, about ten times the cost of a module global.
 _DATA, _HOST_ORDER, _PARENT = EdgeKind.DATA, EdgeKind.HOST_ORDER, EdgeKind.PARENT
 _COLLECTIVE = OpKind.COLLECTIVE
-# round_us' constants, C integers in the compiled build (graph.pxd); it runs twice per node
-_US, _HALF_US = PS_PER_US, PS_PER_US // 2
+# round_us runs twice per node: its constants are worked out once, and held as C integers too
+# (the compiled build's, graph.pxd) for the times it rounds on C integers
+_HALF_US = PS_PER_US // 2
+_C_US, _C_HALF_US = PS_PER_US, _HALF_US
 
 _NODE_TYPE = {
     OpKind.COMPUTE: COMP,
@@ -95,8 +97,8 @@ def round_us(ps: int) -> int:
     # C integers (graph.pxd); the bounds are literals, which it compares without making ints.
     if -4_611_686_018_427_387_904 < ps < 4_611_686_018_427_387_904:
         small = ps
-        return (small + _HALF_US) // _US
-    return (ps + _HALF_US) // _US  # picoseconds since the epoch: beyond 64 bits
+        return (small + _C_HALF_US) // _C_US
+    return (ps + _HALF_US) // PS_PER_US  # picoseconds since the epoch: beyond 64 bits
 
 
 def build_graph(trace: LinkedTrace, target: str | Target = Target.FULL, keep_mem: bool = False,
