@@ -2,6 +2,20 @@
 # the encoder's helpers become direct C calls, which is most of what writing a node costs, and
 # varints are written into the node's bytearray by a loop over a C integer.
 cimport cython
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from libc.string cimport memcpy
+
+
+# bytes appended to a node's bytearray by a resize and a copy (wire.py's _extend)
+cdef inline int _extend(bytearray buf, bytes data) except -1:
+    if buf is None or data is None:
+        raise TypeError("_extend takes a bytearray and bytes")
+    cdef Py_ssize_t at = PyByteArray_GET_SIZE(buf)
+    cdef Py_ssize_t size = PyBytes_GET_SIZE(data)
+    PyByteArray_Resize(buf, at + size)
+    memcpy(PyByteArray_AS_STRING(buf) + at, PyBytes_AS_STRING(data), size)
+    return 0
 
 cpdef bytes encode_varint(object value)
 

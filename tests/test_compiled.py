@@ -146,6 +146,8 @@ def test_the_model_runs_as_plain_python_without_cython_installed() -> None:
             "assert [(e.src, e.dst, e.kind) for e in edges] == [(1, 3, model.EdgeKind.DATA)]\n"
             "from chakra_hooks.linker.xla import link\n"
             "assert link.DeviceOpAttrs('m', None, 7) == {'hlo_module': 'm', 'correlation': 7}\n"
+            "from chakra_hooks.converter import wire\n"
+            "buf = bytearray(b'x'); wire._put_bytes(buf, 0x0a, b'ab'); assert buf == b'x\\x0a\\x02ab'\n"
             "print(model.__file__)")
     env = dict(os.environ, **{_compiled.PURE_ENV: "1"})
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)

@@ -1,5 +1,6 @@
-"""Cython's class decorators where Cython is not installed (an install that runs the compiled
-modules' sources as plain Python, linker/model.py): they leave the class as it is."""
+"""Cython's class decorators and ``compiled`` where Cython is not installed (an install that
+runs the compiled modules' sources as plain Python, linker/model.py): the decorators leave the
+class as it is, and ``compiled`` is False."""
 
 from __future__ import annotations
 
@@ -10,4 +11,4 @@ def _as_is(cls: type) -> type:
     return cls
 
 
-cython = SimpleNamespace(cclass=_as_is, no_gc=_as_is)
+cython = SimpleNamespace(cclass=_as_is, no_gc=_as_is, compiled=False)
