@@ -17,6 +17,27 @@ cdef inline int _extend(bytearray buf, bytes data) except -1:
     memcpy(PyByteArray_AS_STRING(buf) + at, PyBytes_AS_STRING(data), size)
     return 0
 
+
+# a varint of two bytes or more written into a node's bytearray in one step, where appending
+# byte by byte resized it for each (wire.py's _put_varint)
+cdef inline int _append_varint(bytearray buf, unsigned long long bits) except -1:
+    if buf is None:
+        raise TypeError("_append_varint takes a bytearray")
+    cdef Py_ssize_t at = PyByteArray_GET_SIZE(buf)
+    cdef Py_ssize_t size = 1
+    cdef unsigned long long rest = bits >> 7
+    while rest:
+        size += 1
+        rest >>= 7
+    PyByteArray_Resize(buf, at + size)
+    cdef unsigned char* out = <unsigned char*>PyByteArray_AS_STRING(buf) + at
+    while bits > 0x7F:
+        out[0] = <unsigned char>((bits & 0x7F) | 0x80)
+        out += 1
+        bits >>= 7
+    out[0] = <unsigned char>bits
+    return 0
+
 cpdef bytes encode_varint(object value)
 
 

@@ -84,10 +84,13 @@ def _put_varint(buf: bytearray, value: int) -> None:
     if value < 0 or value >= _U64:  # protobuf's unsigned fields refuse these too
         raise ValueError(f"value {value} out of range for a varint")
     bits = value  # a C unsigned 64-bit integer in the compiled build (wire.pxd)
-    while bits > 0x7F:
-        buf.append((bits & 0x7F) | 0x80)
-        bits >>= 7
-    buf.append(bits)
+    if cython.compiled:  # written into the buffer in one step (wire.pxd: _append_varint)
+        _append_varint(buf, bits)
+    else:
+        while bits > 0x7F:
+            buf.append((bits & 0x7F) | 0x80)
+            bits >>= 7
+        buf.append(bits)
 
 
 def _varint_size(value: int) -> int:

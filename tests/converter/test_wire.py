@@ -118,6 +118,17 @@ def test_varints_out_of_range_are_refused(value: int) -> None:
         written(wire.NodeEncoder().head, 1, b"", [3, value], None, None, None)
 
 
+def test_varints_of_every_size_append_as_protobuf_writes_them() -> None:
+    # (compiled, a varint of two bytes or more is written into the buffer in one step)
+    values = [0, 1, 127, 128, 300, (1 << 64) - 1]
+    values += [(1 << (7 * k)) - 1 for k in range(1, 10)] + [1 << (7 * k) for k in range(1, 10)]
+    buf, expected = bytearray(b"\xff"), b"\xff"
+    for value in values:
+        wire._put_varint(buf, value)
+        expected += Node(start_time_micros=value).SerializeToString()[1:] or b"\x00"  # (0: unset)
+    assert bytes(buf) == expected
+
+
 @pytest.mark.parametrize("values", ["", "[1]", "x" * 127, "y" * 128, "é" * 9000])
 def test_io_lengths_equal_protobufs(values: str) -> None:
     # The message's length is counted before its members are written: long members too.
