@@ -4,7 +4,7 @@
 # lists through direct C calls.
 cimport cython
 from chakra_hooks.converter.summary cimport Tally
-from chakra_hooks.converter.wire cimport NodeEncoder
+from chakra_hooks.converter.wire cimport NodeEncoder, _buffer_bytes, _new_buffer
 from chakra_hooks.linker.model cimport Edge, Op, TensorIO
 
 cdef long long _C_US, _C_HALF_US

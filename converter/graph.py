@@ -27,6 +27,16 @@ from .summary import UNKNOWN_ATTRS, Tally
 from .targets import Target, parse_target, rules
 from .wire import NodeEncoder, encode_metadata
 
+try:  # read by Cython when it compiles this module (setup.py)
+    import cython
+except ImportError:  # run as plain Python without Cython installed
+    from chakra_hooks.common.no_cython import cython
+
+if not cython.compiled:
+    # A node's buffer, and its bytes once written: the compiled build makes both by direct C
+    # calls (wire.pxd), where calling the types costs about 600 instructions each.
+    _new_buffer, _buffer_bytes = bytearray, bytes
+
 if TYPE_CHECKING:  # protobuf is loaded only where messages are read (schema/)
     from .schema import GlobalMetadata, Node
 
@@ -472,7 +482,7 @@ def _make_node(op: Op, deps: Deps | None, exact_unit: str, enc: NodeEncoder, tal
     start_us = None if start_ps is None else round_us(start_ps)
     duration_us = 0 if dur_ps is None else (
         round_us(dur_ps) if start_us is None else round_us(start_ps + dur_ps) - start_us)
-    buf = bytearray()
+    buf = _new_buffer()
     enc.head(buf, op.uid, enc.name(op.name, node_type), ctrl, data, start_us, duration_us)
     io = op.inputs
     if io is not None:
@@ -516,7 +526,7 @@ def _make_node(op: Op, deps: Deps | None, exact_unit: str, enc: NodeEncoder, tal
             enc.attr(buf, name, value)
             if name in UNKNOWN_ATTRS:
                 _count_unknown(tally, name)
-    return bytes(buf)
+    return _buffer_bytes(buf)
 
 
 def _count_unknown(tally: Tally, name: str) -> None:

@@ -2,8 +2,9 @@
 # the encoder's helpers become direct C calls, which is most of what writing a node costs, and
 # varints are written into the node's bytearray by a loop over a C integer.
 cimport cython
-from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.bytearray cimport (PyByteArray_AS_STRING, PyByteArray_FromStringAndSize,
+                                PyByteArray_GET_SIZE, PyByteArray_Resize)
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.string cimport memcpy
 
 
@@ -72,3 +73,14 @@ cdef class NodeEncoder:
     cpdef attr(self, bytearray buf, str name, object value)
     cpdef int_attr(self, bytearray buf, str name, object value, str oneof=*)
     cpdef timing(self, bytearray buf, str unit, object start, object duration)
+
+
+# a node's empty buffer, and its bytes once written (converter/graph.py's _make_node)
+cdef inline bytearray _new_buffer():
+    return PyByteArray_FromStringAndSize(NULL, 0)
+
+
+cdef inline bytes _buffer_bytes(bytearray buf):
+    if buf is None:
+        raise TypeError("_buffer_bytes takes a bytearray")
+    return PyBytes_FromStringAndSize(PyByteArray_AS_STRING(buf), PyByteArray_GET_SIZE(buf))

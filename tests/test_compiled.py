@@ -148,6 +148,8 @@ def test_the_model_runs_as_plain_python_without_cython_installed() -> None:
             "assert link.DeviceOpAttrs('m', None, 7) == {'hlo_module': 'm', 'correlation': 7}\n"
             "from chakra_hooks.converter import wire\n"
             "buf = bytearray(b'x'); wire._put_bytes(buf, 0x0a, b'ab'); assert buf == b'x\\x0a\\x02ab'\n"
+            "from chakra_hooks.converter import graph\n"
+            "assert graph._buffer_bytes(graph._new_buffer()) == b''\n"
             "print(model.__file__)")
     env = dict(os.environ, **{_compiled.PURE_ENV: "1"})
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
