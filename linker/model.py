@@ -172,11 +172,13 @@ _EDGE_KINDS = (None, *EdgeKind)  # an EdgeKind by its value (1..6)
 class EdgeColumns:
     """A trace's edges as three columns (source uid, destination uid, kind): 17 bytes an edge
     where an ``Edge`` and its list slot take 56. A linker that makes millions of edges (an
-    XLA device's) keeps them so; to every reader it is a sequence of edges like a list of
-    ``Edge`` (iterating makes each ``Edge`` as it goes), and ``append`` takes one. The
-    columns are whole once ``len()`` or iteration has run: edges are added to a short list
-    first and moved into the columns a batch at a time by a loop the compiled build types (an
-    array's own ``append`` or ``extend`` parses each value: 300 instructions or so)."""
+    XLA device's) keeps them so. The hot readers (``add_gaps``, the converter's
+    ``_resolve_edges``) read the arrays in place through ``columns()``; to every other reader
+    it is a sequence of edges like a list of ``Edge`` (iterating makes each ``Edge`` as it
+    goes), and ``append`` takes one. The columns are whole once ``columns()``, ``len()`` or
+    iteration has run: edges are added to a short list first and moved into the columns a
+    batch at a time by a loop the compiled build types (an array's own ``append`` or
+    ``extend`` parses each value: 300 instructions or so)."""
 
     def __init__(self) -> None:
         self.src = array("q")
