@@ -1,8 +1,12 @@
 # Declarations for the compiled build only (setup.py; the .py runs unchanged without them):
 # a device event as a C class (Cython turns its dataclass into a C dataclass), so that making
 # one, once per event as the linker reads the columns, runs a C __init__, not the generated
-# Python one; the columns as a C class whose methods read its fields directly.
+# Python one; the columns as a C class whose methods read its fields directly; a GPU event's
+# values appended to the columns by C stores, its stat records read as bytes.
 cimport cython
+from cpython.array cimport array as c_array, resize, resize_smart
+from cpython.bytes cimport PyBytes_AS_STRING
+from cpython.object cimport Py_SIZE
 
 
 cdef class DeviceEvent:
@@ -25,3 +29,62 @@ cpdef void _fill_steps(long long[:] steps, const long long[:] values) except *
 
 @cython.locals(i=Py_ssize_t, total=cython.longlong)
 cpdef void _fill_sums(long long[:] steps) except *
+
+
+# A value appended to an array column by a resize and a store (devices.py's _push), where
+# calling array.append costs about 500 instructions. Only for arrays no buffer is exported
+# from (resize_smart does not check): _gpu_device's, while it fills them. Raises
+# OverflowError for a value the column's type cannot hold, as array.append does.
+cdef inline int _push(c_array column, object value) except -1:
+    if column is None:
+        raise TypeError("_push takes an array")
+    cdef Py_ssize_t at = Py_SIZE(column)
+    cdef char code = column.ob_descr.typecode
+    cdef long long as_long
+    if code == c'q':
+        as_long = value
+        resize_smart(column, at + 1)
+        column.data.as_longlongs[at] = as_long
+    elif code == c'i':
+        as_long = value
+        if as_long < -2147483648 or as_long > 2147483647:
+            raise OverflowError("signed integer is out of range for an 'i' array")
+        resize_smart(column, at + 1)
+        column.data.as_ints[at] = <int>as_long
+    elif code == c'b':
+        as_long = value
+        if as_long < -128 or as_long > 127:
+            raise OverflowError("signed char is out of range for a 'b' array")
+        resize_smart(column, at + 1)
+        column.data.as_schars[at] = <signed char>as_long
+    else:
+        column.append(value)
+    return 0
+
+
+
+# An array column cut to its values (after _push: it over-allocates by half)
+cdef inline int _fit(c_array column) except -1:
+    if column is None:
+        raise TypeError("_fit takes an array")
+    return resize(column, Py_SIZE(column))
+
+
+# A varint of ``size`` (1 to 4) bytes that ends ``raw`` and starts at its byte 3 (a GPU event's
+# correlation id stat), as its 7-bit groups; -1 if those bytes are not one varint
+# (devices.py: the plain-Python version reads them as one little-endian integer).
+cdef inline long long _varint_tail(bytes raw, Py_ssize_t size):
+    cdef const unsigned char* at = <const unsigned char*>PyBytes_AS_STRING(raw) + 3
+    cdef long long value = 0
+    cdef Py_ssize_t i
+    for i in range(size):
+        if (at[i] >= 0x80) != (i < size - 1):
+            return -1
+        value |= <long long>(at[i] & 0x7F) << (7 * i)
+    return value
+
+
+@cython.locals(starts=c_array, durs=c_array, corrs=c_array, names=c_array, modules=c_array, copies=c_array,
+               raw=bytes, size=Py_ssize_t, value=cython.longlong, column=c_array, count=Py_ssize_t, wide=bint, wanted=set,
+               by_metadata=dict, op_names=dict, module_keys=dict)
+cpdef object _gpu_device(object view, object ordinal)

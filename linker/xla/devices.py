@@ -26,6 +26,11 @@ from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+try:  # read by Cython when it compiles this module (setup.py): see _push
+    import cython
+except ImportError:  # run as plain Python without Cython installed
+    from chakra_hooks.common.no_cython import cython
+
 from chakra_hooks.linker.gc_pause import gc_paused
 from chakra_hooks.linker.xla.xspace import SESSION_CLOCK, PlaneView, XSpaceFile, device_clock_offset
 
@@ -49,6 +54,12 @@ _STEP_COLUMNS = ("start_ps", "correlation")
 # the high bit of every byte but the last is set (its 7-bit groups then are the value).
 _VARINT_HIGH_BITS = [0, 0x80, 0x8080, 0x808080, 0x80808080]
 _VARINT_MORE_BITS = [0, 0, 0x80, 0x8080, 0x808080]
+
+if not cython.compiled:
+    # A value appended to a column (an array), as a function: array.append itself in plain
+    # Python. The compiled build has its own (devices.pxd), a resize and a store, where a call
+    # of the method costs about 500 instructions.
+    _push = array.append
 
 
 def pack_column(column: array, steps: bool) -> tuple[str, bytes, bool]:
@@ -503,27 +514,30 @@ def _gpu_device(view: PlaneView, ordinal: int) -> Device:
 
     This runs for every event of a GPU profile (millions), so it is written for that: the stats
     are read in one loop rather than through PlaneView.pick, each distinct string an event
-    yields is resolved once, the columns are appended through bound methods, and what is the
-    same for a whole line (lane, no run yet, no TPU details) is added once per line."""
+    yields is resolved once, values are appended to the columns by _push, and what is the
+    same for a whole line (lane, no run yet, no TPU details) is added once per line. A value
+    beyond 64 bits turns the time columns into lists (DeviceEvents.widen); every event after
+    it is appended by DeviceEvents.add."""
     dev = Device("gpu", ordinal, view.name, SESSION_CLOCK)
     events = dev.events
     intern = events.intern
     ids = view.stat_ids
-    op_id, module_id, program_id, corr_id = (
-        ids.get(name, -1) for name in ("hlo_op", "hlo_module", "program_id", "correlation_id"))
+    op_id, module_id, program_id, corr_id = [
+        ids.get(name, -1) for name in ("hlo_op", "hlo_module", "program_id", "correlation_id")]
     wanted = {op_id, module_id, program_id, corr_id}
     raw_stat, unique_stat, cached_stat = view.raw_stat, view.unique_stat, view.stat_cache.get
     by_metadata: dict[int, tuple[int, int]] = {}  # event metadata id -> (name, copy code)
     op_names: dict[object, int] = {}  # hlo_op value -> name
     module_keys: dict[tuple[object, object], int] = {}  # (hlo_module, program_id) -> key
-    add_start, add_dur, add_corr = events.start_ps.append, events.dur_ps.append, events.correlation.append
-    add_name, add_module, add_copy = events.name.append, events.module_key.append, events.copy.append
+    starts, durs, corrs = events.start_ps, events.dur_ps, events.correlation
+    names, modules, copies = events.name, events.module_key, events.copy
+    wide = False  # a value beyond 64 bits was met: the time columns are lists from there on
     for line in view.lines():
         sm = _STREAM_RE.search(line.name)
         lane = intern(f"stream:{ordinal}:{sm.group(1) if sm else line.name}")
         line_copy = _copy_direction(line.name)
         base = view.line_base_ps(line)
-        count = 0
+        count = 0  # events of this line appended to the columns that fill_line completes
         for ev in line.events:
             op = module = program = corr = None
             for raw in ev.stats:
@@ -534,11 +548,17 @@ def _gpu_device(view: PlaneView, ordinal: int) -> Device:
                     if sid == corr_id:  # new with every event: decoded here, not cached
                         size = len(raw) - 3
                         if 0 < size <= 4 and (raw[2] == 0x20 or raw[2] == 0x18):  # int64/uint64
-                            word = int.from_bytes(raw[3:], "little")
-                            if word & _VARINT_HIGH_BITS[size] == _VARINT_MORE_BITS[size]:
-                                corr = ((word & 0x7F) | (word >> 1 & 0x3F80) | (word >> 2 & 0x1FC000)
-                                        | (word >> 3 & 0xFE00000))  # its 7-bit groups
-                                continue
+                            if cython.compiled:  # read from the bytes in C (devices.pxd)
+                                value = _varint_tail(raw, size)
+                                if value >= 0:
+                                    corr = value
+                                    continue
+                            else:
+                                word = int.from_bytes(raw[3:], "little")
+                                if word & _VARINT_HIGH_BITS[size] == _VARINT_MORE_BITS[size]:
+                                    corr = ((word & 0x7F) | (word >> 1 & 0x3F80)
+                                            | (word >> 2 & 0x1FC000) | (word >> 3 & 0xFE00000))
+                                    continue
                         corr = unique_stat(raw)[2]
                         continue
                 hit = cached_stat(raw) or raw_stat(raw)
@@ -568,36 +588,30 @@ def _gpu_device(view: PlaneView, ordinal: int) -> Device:
             if corr is not None and type(corr) is not int:
                 corr = _int(corr)
             start, dur = base + ev.offset_ps, ev.duration_ps
-            try:
-                if corr == _NO_CORRELATION:
-                    raise OverflowError  # the sentinel itself as a real id
-                add_start(start)
-                add_dur(dur)
-                add_corr(_NO_CORRELATION if corr is None else corr)
-            except OverflowError:  # a value beyond 64 bits: lists from here on
-                events.fill_line(count, lane)
-                events.widen()
-                events.add(name_index, module_index, start, dur, lane, None, 0, False, named[1], corr)
-                add_start, add_dur, add_corr = events.start_ps.append, events.dur_ps.append, _none_as_is(events)
-                count = 0
-                continue
-            add_name(name_index)
-            add_module(module_index)
-            add_copy(named[1])
-            count += 1
+            if not wide:
+                try:
+                    if corr == _NO_CORRELATION:
+                        raise OverflowError  # the sentinel itself as a real id
+                    _push(starts, start)
+                    _push(durs, dur)
+                    _push(corrs, _NO_CORRELATION if corr is None else corr)
+                except OverflowError:  # lists from here on; widen() drops a partial event
+                    events.fill_line(count, lane)
+                    events.widen()
+                    wide, count = True, 0
+                else:
+                    _push(names, name_index)
+                    _push(modules, module_index)
+                    _push(copies, named[1])
+                    count += 1
+                    continue
+            events.add(name_index, module_index, start, dur, lane, None, 0, False, named[1], corr)
         events.fill_line(count, lane)
+    if cython.compiled:  # _push grows an array by half again: give back the rest
+        for column in (starts, durs, corrs, names, modules, copies):
+            _fit(column)
     _number_runs(events)
     return dev
-
-
-def _none_as_is(events: DeviceEvents):
-    """The correlation column's append once it is a list: None is kept as None (the array
-    stored it as _NO_CORRELATION)."""
-    append = events.correlation.append
-
-    def add(corr: int | None) -> None:
-        append(None if corr == _NO_CORRELATION else corr)
-    return add
 
 
 def _copy_direction(text: str) -> str | None:

@@ -40,6 +40,7 @@ def test_gpu_columns_hold_what_the_reader_yields(corpus: Path) -> None:
         assert got == expected and len(got) > 0
 
 
+
 def test_tpu_columns_keep_instruction_text_and_metadata_stats(corpus: Path) -> None:
     space = xspace.read_xspace(corpus / TPU)
     devices = collect_devices(space)
@@ -54,32 +55,52 @@ def test_tpu_columns_keep_instruction_text_and_metadata_stats(corpus: Path) -> N
         assert transfers == ({"tpu:0:Async XLA Ops"} if dev.ordinal == 0 else set())
 
 
-def _gpu_space(timestamp_ns: int, correlations: list[int]) -> bytes:
+def _gpu_space(timestamp_ns: int, lines: list[list[int]]) -> bytes:
+    """One GPU plane: a stream line per list of correlation ids, an event per id (uint64 from
+    2^63, int64 below), 1 ns apart, each 7 ps long."""
     space = xspace_pb2.XSpace()
     plane = space.planes.add(id=1, name="/device:GPU:0")
     plane.stat_metadata[1].name = "correlation_id"
     plane.event_metadata[5].name = "kernel"
-    line = plane.lines.add(id=1, name="Stream #1(Kernel)", timestamp_ns=timestamp_ns)
-    for k, corr in enumerate(correlations):
-        ev = line.events.add(metadata_id=5, offset_ps=1000 * k, duration_ps=7)
-        if corr >= 1 << 63:
-            ev.stats.add(metadata_id=1, uint64_value=corr)
-        else:
-            ev.stats.add(metadata_id=1, int64_value=corr)
+    for number, correlations in enumerate(lines, 1):
+        line = plane.lines.add(id=number, name=f"Stream #{number}(Kernel)", timestamp_ns=timestamp_ns)
+        for k, corr in enumerate(correlations):
+            ev = line.events.add(metadata_id=5, offset_ps=1000 * k, duration_ps=7)
+            if corr >= 1 << 63:
+                ev.stats.add(metadata_id=1, uint64_value=corr)
+            else:
+                ev.stats.add(metadata_id=1, int64_value=corr)
     return space.SerializeToString()
 
 
-@pytest.mark.parametrize("timestamp_ns, correlations", [
-    (1_795_307_354_765_663_656, [1, 2, 3]),  # epoch ns: starts of ~1.8e21 ps, beyond 64 bits
-    (1000, [1, (1 << 64) - 1, 3]),  # a uint64 correlation id beyond int64
-    (1000, [1, -(1 << 63), 3]),  # the column's "no correlation" value as a real id
+def _collected(timestamp_ns: int, lines: list[list[int]]) -> list:
+    [dev] = collect_devices(xspace.parse_xspace(_gpu_space(timestamp_ns, lines)))
+    return [dev.events.event(i) for i in range(len(dev.events))]
+
+
+@pytest.mark.parametrize("timestamp_ns, lines", [
+    (1_795_307_354_765_663_656, [[1, 2, 3]]),  # epoch ns: starts of ~1.8e21 ps, beyond 64 bits
+    (1000, [[1, (1 << 64) - 1, 3]]),  # a uint64 correlation id beyond int64
+    (1000, [[1, -(1 << 63), 3]]),  # the column's "no correlation" value as a real id
+    (1000, [[1, 2], [3, (1 << 64) - 1, 5, 6], [7, 8]]),  # widened mid-profile: lines after it
+    (1000, [[1, 2], [(1 << 64) - 1], [7]]),  # widened by a line's only event
 ])
-def test_values_beyond_the_64_bit_columns_are_kept_exactly(timestamp_ns: int, correlations: list[int]) -> None:
-    [dev] = collect_devices(xspace.parse_xspace(_gpu_space(timestamp_ns, correlations)))
-    events = [dev.events.event(i) for i in range(len(dev.events))]
-    assert [e.start_ps for e in events] == [timestamp_ns * 1000 + 1000 * k for k in range(3)]
-    assert [e.correlation for e in events] == correlations
-    assert [e.dur_ps for e in events] == [7, 7, 7] and {e.lane for e in events} == {"stream:0:1"}
+def test_values_beyond_the_64_bit_columns_are_kept_exactly(timestamp_ns: int, lines: list[list[int]]) -> None:
+    events = _collected(timestamp_ns, lines)
+    expected = [(f"stream:0:{number}", timestamp_ns * 1000 + 1000 * k, corr)
+                for number, correlations in enumerate(lines, 1) for k, corr in enumerate(correlations)]
+    assert [(e.lane, e.start_ps, e.correlation) for e in events] == expected
+    assert {e.dur_ps for e in events} == {7} and {e.name for e in events} == {"kernel"}
+    assert all(e.exec_key is None and e.copy is None for e in events)
+
+
+def test_correlation_ids_of_every_varint_size_are_read_as_protobuf_writes_them() -> None:
+    """The collector reads a correlation id of up to 4 bytes itself (in C when compiled),
+    and leaves longer ones to the stat decoder: every size on both sides of each boundary."""
+    sizes = [0, 1, 127, 128, 16383, 16384, (1 << 21) - 1, 1 << 21, (1 << 28) - 1, 1 << 28,
+             (1 << 35) + 5, (1 << 63) - 1, -1, 1 << 63]
+    events = _collected(1000, [sizes])
+    assert [e.correlation for e in events] == sizes
 
 
 def test_columns_widen_without_losing_earlier_events() -> None:
@@ -151,3 +172,17 @@ def test_growing_columns_are_packed_as_steps_and_come_back_exact() -> None:
     assert list(events.start_ps) == starts
     assert [events.correlation_of(i) for i in range(len(starts))] == [
         None if i % 5 == 0 else (1 << 62) + i for i in range(len(starts))]
+
+
+def test_gpu_columns_hold_little_more_room_than_their_values() -> None:
+    """Collected columns are not left with the room their growth made (the compiled build
+    grows them by half again, then cuts them to their values): at most array.append's own
+    slack, about 1/16. 3,600 events: just past a step of growing by half (3,595 to 5,393)."""
+    import sys
+    from array import array
+
+    [dev] = collect_devices(xspace.parse_xspace(_gpu_space(1000, [list(range(3600))])))
+    for name in ("start_ps", "dur_ps", "correlation", "name", "module_key", "copy"):
+        column = getattr(dev.events, name)
+        room = sys.getsizeof(column) - sys.getsizeof(array(column.typecode))
+        assert len(column) == 3600 and room <= len(column) * column.itemsize * 1.07, name
