@@ -88,3 +88,8 @@ cdef inline long long _varint_tail(bytes raw, Py_ssize_t size):
                raw=bytes, size=Py_ssize_t, value=cython.longlong, column=c_array, count=Py_ssize_t, wide=bint, wanted=set,
                by_metadata=dict, op_names=dict, module_keys=dict)
 cpdef object _gpu_device(object view, object ordinal)
+
+
+@cython.locals(module_key="const int[:]", name="const int[:]", exec_key=list, state=dict, run=list,
+               seen=set, i=Py_ssize_t, module=cython.int, op=cython.int)
+cpdef object _number_runs(object events)

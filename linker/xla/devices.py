@@ -662,7 +662,8 @@ def _number_runs(events: DeviceEvents) -> None:
         elif op != run[2] and op in run[1]:
             run[0] += 1
             run[1] = set()
-        run[1].add(op)
+        seen = run[1]
+        seen.add(op)
         run[2] = op
         exec_key[i] = run[0]
 
