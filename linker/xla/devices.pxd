@@ -21,6 +21,7 @@ cdef class DeviceEvents:
     cpdef DeviceEvent event(self, Py_ssize_t i)
     cpdef bint is_transfer(self, Py_ssize_t i) except -1
     cpdef object correlation_of(self, Py_ssize_t i)
+    cpdef fit(self)
 
 
 @cython.locals(i=Py_ssize_t, before=cython.longlong, value=cython.longlong)
@@ -33,7 +34,7 @@ cpdef void _fill_sums(long long[:] steps) except *
 
 # A value appended to an array column by a resize and a store (devices.py's _push), where
 # calling array.append costs about 500 instructions. Only for arrays no buffer is exported
-# from (resize_smart does not check): _gpu_device's, while it fills them. Raises
+# from (resize_smart does not check): a device's columns while they are filled. Raises
 # OverflowError for a value the column's type cannot hold, as array.append does.
 cdef inline int _push(c_array column, object value) except -1:
     if column is None:
@@ -63,7 +64,7 @@ cdef inline int _push(c_array column, object value) except -1:
 
 
 
-# An array column cut to its values (after _push: it over-allocates by half)
+# An array column cut to its values (DeviceEvents.fit, after _push: it over-allocates by half)
 cdef inline int _fit(c_array column) except -1:
     if column is None:
         raise TypeError("_fit takes an array")
@@ -85,7 +86,7 @@ cdef inline long long _varint_tail(bytes raw, Py_ssize_t size):
 
 
 @cython.locals(starts=c_array, durs=c_array, corrs=c_array, names=c_array, modules=c_array, copies=c_array,
-               raw=bytes, size=Py_ssize_t, value=cython.longlong, column=c_array, count=Py_ssize_t, wide=bint, wanted=set,
+               raw=bytes, size=Py_ssize_t, value=cython.longlong, count=Py_ssize_t, wide=bint, wanted=set,
                by_metadata=dict, op_names=dict, module_keys=dict)
 cpdef object _gpu_device(object view, object ordinal)
 

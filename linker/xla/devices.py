@@ -58,7 +58,8 @@ _VARINT_MORE_BITS = [0, 0, 0x80, 0x8080, 0x808080]
 if not cython.compiled:
     # A value appended to a column (an array), as a function: array.append itself in plain
     # Python. The compiled build has its own (devices.pxd), a resize and a store, where a call
-    # of the method costs about 500 instructions.
+    # of the method costs about 500 instructions; it grows an array by half again, and
+    # DeviceEvents.fit gives back what is left once a device is collected.
     _push = array.append
 
 
@@ -235,23 +236,32 @@ class DeviceEvents:
             try:
                 if correlation == _NO_CORRELATION:
                     raise OverflowError  # the sentinel itself as a real id: keep it apart
-                self.start_ps.append(start_ps)
-                self.dur_ps.append(dur_ps)
-                self.correlation.append(_NO_CORRELATION if correlation is None else correlation)
+                _push(self.start_ps, start_ps)
+                _push(self.dur_ps, dur_ps)
+                _push(self.correlation, _NO_CORRELATION if correlation is None else correlation)
             except OverflowError:
                 self.widen()
                 self.start_ps.append(start_ps)
                 self.dur_ps.append(dur_ps)
                 self.correlation.append(correlation)
-        self.name.append(name)
-        self.module_key.append(module_key)
-        self.lane.append(lane)
+        _push(self.name, name)
+        _push(self.module_key, module_key)
+        _push(self.lane, lane)
         if detail or self.detail is not None:
-            self._made("detail", "i").append(detail)
-        self.copy.append(copy)
+            _push(self._made("detail", "i"), detail)
+        _push(self.copy, copy)
         if transfer or self.transfer is not None:
-            self._made("transfer", "b").append(transfer)
+            _push(self._made("transfer", "b"), transfer)
         self.exec_key.append(exec_key)
+
+    def fit(self) -> None:
+        """Let the array columns give back the room their growth left (the compiled build's
+        _push grows an array by half again; array.append's own slack is kept)."""
+        if cython.compiled:
+            for column in (self.start_ps, self.dur_ps, self.correlation, self.name,
+                           self.module_key, self.lane, self.detail, self.copy, self.transfer):
+                if type(column) is array:
+                    _fit(column)
 
     def _made(self, column: str, typecode: str) -> array:
         """An optional column, made of zeros for the events before it was first needed."""
@@ -365,14 +375,16 @@ def _collect_devices(space: XSpaceFile, packed: bool) -> list[Device]:
         else:
             devices.append(_gpu_device(view, int(m.group(2))))
         space.release(index)
+        devices[-1].events.fit()
         if packed:
             devices[-1].events.pack()
     if not devices:
         for index, name in enumerate(space.plane_names):
             if name == "/host:CPU":
                 devices.extend(_cpu_devices(space.plane(index)))
-                if packed:
-                    for dev in devices:
+                for dev in devices:
+                    dev.events.fit()
+                    if packed:
                         dev.events.pack()
     devices.sort(key=lambda d: (d.kind, d.ordinal))
     return devices
@@ -540,7 +552,7 @@ def _gpu_device(view: PlaneView, ordinal: int) -> Device:
         count = 0  # events of this line appended to the columns that fill_line completes
         for ev in line.events:
             op = module = program = corr = None
-            for raw in ev.stats:
+            for raw in ev.stats[:]:  # as a list: see PlaneView.events
                 if len(raw) > 1 and raw[0] == 0x08 and raw[1] < 0x80:  # the usual layout
                     sid = raw[1]
                     if sid not in wanted:
@@ -607,9 +619,6 @@ def _gpu_device(view: PlaneView, ordinal: int) -> Device:
                     continue
             events.add(name_index, module_index, start, dur, lane, None, 0, False, named[1], corr)
         events.fill_line(count, lane)
-    if cython.compiled:  # _push grows an array by half again: give back the rest
-        for column in (starts, durs, corrs, names, modules, copies):
-            _fit(column)
     _number_runs(events)
     return dev
 

@@ -186,3 +186,23 @@ def test_gpu_columns_hold_little_more_room_than_their_values() -> None:
         column = getattr(dev.events, name)
         room = sys.getsizeof(column) - sys.getsizeof(array(column.typecode))
         assert len(column) == 3600 and room <= len(column) * column.itemsize * 1.07, name
+
+
+def test_columns_filled_one_event_at_a_time_fit_their_values() -> None:
+    """DeviceEvents.add (TPU ops, CPU thunks) grows the columns as _gpu_device does, and
+    fit() leaves them no more room than array.append's own slack."""
+    import sys
+    from array import array
+
+    events = DeviceEvents()
+    lane = events.intern("lane")
+    for k in range(3600):
+        events.add(events.intern(f"op{k % 7}"), 0, 1000 * k, 7, lane, k // 100, detail=k % 3,
+                   transfer=k % 5 == 0, correlation=k)
+    events.fit()
+    assert [events.correlation_of(i) for i in (0, 3599)] == [0, 3599]
+    for name in ("start_ps", "dur_ps", "correlation", "name", "module_key", "lane", "detail",
+                 "copy", "transfer"):
+        column = getattr(events, name)
+        room = sys.getsizeof(column) - sys.getsizeof(array(column.typecode))
+        assert len(column) == 3600 and room <= len(column) * column.itemsize * 1.07, name
