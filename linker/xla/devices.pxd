@@ -63,7 +63,6 @@ cdef inline int _push(c_array column, object value) except -1:
     return 0
 
 
-
 # An array column cut to its values (DeviceEvents.fit, after _push: it over-allocates by half)
 cdef inline int _fit(c_array column) except -1:
     if column is None:
@@ -85,9 +84,9 @@ cdef inline long long _varint_tail(bytes raw, Py_ssize_t size):
     return value
 
 
-@cython.locals(starts=c_array, durs=c_array, corrs=c_array, names=c_array, modules=c_array, copies=c_array,
-               raw=bytes, size=Py_ssize_t, value=cython.longlong, count=Py_ssize_t, wide=bint, wanted=set,
-               by_metadata=dict, op_names=dict, module_keys=dict)
+@cython.locals(starts=c_array, durs=c_array, corrs=c_array, names=c_array, modules=c_array,
+               copies=c_array, raw=bytes, size=Py_ssize_t, value=cython.longlong, count=Py_ssize_t,
+               wide=bint, wanted=set, by_metadata=dict, op_names=dict, module_keys=dict)
 cpdef object _gpu_device(object view, object ordinal)
 
 
