@@ -32,13 +32,26 @@ cpdef void _fill_steps(long long[:] steps, const long long[:] values) except *
 cpdef void _fill_sums(long long[:] steps) except *
 
 
+cdef extern from *:
+    # How many buffers an array has exported (memoryviews alive): it must not be resized then.
+    # struct arrayobject is the layout Cython declares for cpython.array (arrayarray.h).
+    # (A macro: the struct is defined after this text.)
+    """
+    #define __pyx_chakra_array_exports(column) (((struct arrayobject *)(column))->ob_exports)
+    """
+    int _exports "__pyx_chakra_array_exports" (object column)
+
+
 # A value appended to an array column by a resize and a store (devices.py's _push), where
-# calling array.append costs about 500 instructions. Only for arrays no buffer is exported
-# from (resize_smart does not check): a device's columns while they are filled. Raises
+# calling array.append costs about 500 instructions. An array with a buffer exported is left
+# to array.append (which refuses to resize it, as resize_smart would not). Raises
 # OverflowError for a value the column's type cannot hold, as array.append does.
 cdef inline int _push(c_array column, object value) except -1:
     if column is None:
         raise TypeError("_push takes an array")
+    if _exports(column):
+        column.append(value)
+        return 0
     cdef Py_ssize_t at = Py_SIZE(column)
     cdef char code = column.ob_descr.typecode
     cdef long long as_long
@@ -67,6 +80,8 @@ cdef inline int _push(c_array column, object value) except -1:
 cdef inline int _fit(c_array column) except -1:
     if column is None:
         raise TypeError("_fit takes an array")
+    if _exports(column):
+        return 0
     return resize(column, Py_SIZE(column))
 
 

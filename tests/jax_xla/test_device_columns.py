@@ -206,3 +206,17 @@ def test_columns_filled_one_event_at_a_time_fit_their_values() -> None:
         column = getattr(events, name)
         room = sys.getsizeof(column) - sys.getsizeof(array(column.typecode))
         assert len(column) == 3600 and room <= len(column) * column.itemsize * 1.07, name
+
+
+def test_a_column_with_a_view_alive_is_neither_grown_nor_cut_under_it() -> None:
+    """Appending to a column a memoryview reads refuses as array.append does (BufferError),
+    in the compiled build too, whose appends and fit() resize the array themselves."""
+    events = DeviceEvents()
+    lane = events.intern("lane")
+    events.add(events.intern("a"), 0, 5, 1, lane)
+    view = memoryview(events.start_ps)
+    with pytest.raises(BufferError):
+        events.add(events.intern("b"), 0, 6, 1, lane)
+    events.fit()  # leaves the viewed column alone
+    assert view.tolist() == [5]
+    view.release()
