@@ -4,7 +4,9 @@ profile's planes read again after their pages were let go."""
 
 from __future__ import annotations
 
+import sys
 import zlib
+from array import array
 from pathlib import Path
 
 import pytest
@@ -38,7 +40,6 @@ def test_gpu_columns_hold_what_the_reader_yields(corpus: Path) -> None:
         got = [(e.name, e.start_ps, e.dur_ps, e.correlation)
                for e in (events.event(i) for i in range(len(events)))]
         assert got == expected and len(got) > 0
-
 
 
 def test_tpu_columns_keep_instruction_text_and_metadata_stats(corpus: Path) -> None:
@@ -178,22 +179,14 @@ def test_gpu_columns_hold_little_more_room_than_their_values() -> None:
     """Collected columns are not left with the room their growth made (the compiled build
     grows them by half again, then cuts them to their values): at most array.append's own
     slack, about 1/16. 3,600 events: just past a step of growing by half (3,595 to 5,393)."""
-    import sys
-    from array import array
-
     [dev] = collect_devices(xspace.parse_xspace(_gpu_space(1000, [list(range(3600))])))
-    for name in ("start_ps", "dur_ps", "correlation", "name", "module_key", "copy"):
-        column = getattr(dev.events, name)
-        room = sys.getsizeof(column) - sys.getsizeof(array(column.typecode))
-        assert len(column) == 3600 and room <= len(column) * column.itemsize * 1.07, name
+    _assert_room_at_most_appends_slack(dev.events, 3600, ("start_ps", "dur_ps", "correlation",
+                                                          "name", "module_key", "copy"))
 
 
 def test_columns_filled_one_event_at_a_time_fit_their_values() -> None:
     """DeviceEvents.add (TPU ops, CPU thunks) grows the columns as _gpu_device does, and
     fit() leaves them no more room than array.append's own slack."""
-    import sys
-    from array import array
-
     events = DeviceEvents()
     lane = events.intern("lane")
     for k in range(3600):
@@ -201,11 +194,18 @@ def test_columns_filled_one_event_at_a_time_fit_their_values() -> None:
                    transfer=k % 5 == 0, correlation=k)
     events.fit()
     assert [events.correlation_of(i) for i in (0, 3599)] == [0, 3599]
-    for name in ("start_ps", "dur_ps", "correlation", "name", "module_key", "lane", "detail",
-                 "copy", "transfer"):
+    _assert_room_at_most_appends_slack(events, 3600, ("start_ps", "dur_ps", "correlation", "name",
+                                                      "module_key", "lane", "detail", "copy",
+                                                      "transfer"))
+
+
+def _assert_room_at_most_appends_slack(events: DeviceEvents, count: int, names: tuple[str, ...]) -> None:
+    """Each named column holds ``count`` values and at most array.append's own slack (1/16)
+    beyond them."""
+    for name in names:
         column = getattr(events, name)
         room = sys.getsizeof(column) - sys.getsizeof(array(column.typecode))
-        assert len(column) == 3600 and room <= len(column) * column.itemsize * 1.07, name
+        assert len(column) == count and room <= len(column) * column.itemsize * 1.07, name
 
 
 def test_a_column_with_a_view_alive_is_neither_grown_nor_cut_under_it() -> None:
