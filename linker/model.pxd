@@ -14,7 +14,13 @@ cdef class TensorIO:
 
 
 cdef class Op:
-    cdef public object uid, name, kind, on_device, lane, start_ps, dur_ps, comm, bytes, flops
+    # In the dataclass's field order. name and lane as str: their startswith calls (several
+    # per op) are then direct C calls.
+    cdef public object uid
+    cdef public str name
+    cdef public object kind, on_device
+    cdef public str lane
+    cdef public object start_ps, dur_ps, comm, bytes, flops
     cdef public object inputs, outputs, attrs
 
 

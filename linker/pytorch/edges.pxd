@@ -20,3 +20,7 @@ cpdef object _autograd_edges(object linker, list tops)
 @cython.locals(e=Edge, op=Op, ops=list, starts=list, ends=list, kept=list, seen=set,
                width=Py_ssize_t, backwards=Py_ssize_t, late=Py_ssize_t)
 cpdef object prune_edges(object linker)
+
+
+@cython.locals(op=Op, lane=str)
+cpdef dict _ends_by_device(list ops)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from chakra_hooks.linker.model import CLOCK_TOLERANCE_PS, Edge, EdgeKind
 
 if TYPE_CHECKING:
+    from chakra_hooks.linker.model import Op
     from chakra_hooks.linker.pytorch.kineto_events import KEvent
     from chakra_hooks.linker.pytorch.link import PytorchLinker
 
@@ -236,6 +237,20 @@ def _waits_by_clock(linker: PytorchLinker, launches: _Launches, ends: _DeviceEnd
     linker.trace.stats["stream_waits_by_clock"] = found
 
 
+def _ends_by_device(ops: list[Op]) -> dict[str, tuple[list[int], list[tuple[int, int, str]]]]:
+    """Per device, its stream ops' (end, uid, lane) in end order, and those ends alone."""
+    per_device: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
+    for op in ops:
+        lane = op.lane
+        if op.on_device and lane.startswith("stream:") and op.start_ps is not None:
+            per_device[_device_of(lane)].append((op.start_ps + (op.dur_ps or 0), op.uid, lane))
+    ends = {}
+    for device, entries in per_device.items():
+        entries.sort()
+        ends[device] = ([e for e, _, _ in entries], entries)
+    return ends
+
+
 class _DeviceEnds:
     """Device ops by end time, per device, for waits the trace does not attribute."""
 
@@ -243,15 +258,7 @@ class _DeviceEnds:
         self.launches = launches
         self.runtime_end = {uid: (rt.start + rt.dur) * 1000 for rt, uid, _ in linker.launches}
         self.runtime_start = {uid: rt.start for rt, uid, _ in linker.launches}
-        per_device: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
-        for op in linker.ops:
-            lane = op.lane
-            if op.on_device and lane.startswith("stream:") and op.start_ps is not None:
-                per_device[_device_of(lane)].append((op.start_ps + (op.dur_ps or 0), op.uid, lane))
-        self.ends = {}
-        for device, entries in per_device.items():
-            entries.sort()
-            self.ends[device] = ([e for e, _, _ in entries], entries)
+        self.ends = _ends_by_device(linker.ops)
 
     def held_since(self, uid: int, lane: str, linker: PytorchLinker, before: int | None = None
                    ) -> int | None:

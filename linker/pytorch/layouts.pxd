@@ -19,7 +19,7 @@ cdef extern class chakra_hooks.linker.pytorch.kineto_events.KEvent [check_size e
     cdef object dur
     cdef object et
     cdef object id
-    cdef object name
+    cdef str name  # always a str (msgspec checks it when decoding): startswith is a C call
     cdef object op
     cdef object parent
     cdef object ph

@@ -13,7 +13,7 @@ cdef class _Cut:
 cpdef object split_host_ops(object linker)
 
 
-@cython.locals(op=Op, a=Op, b=Op, done=list, ends=list, members=list,
+@cython.locals(op=Op, a=Op, b=Op, done=list, ends=list, members=list, lane=str,
                i=Py_ssize_t, added=Py_ssize_t)
 cpdef object add_thread_waits(list ops, list edges)
 

@@ -14,16 +14,18 @@ import re
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 
 LAYOUTS = Path(__file__).resolve().parents[2] / "linker" / "pytorch/layouts.pxd"
-_CLASS = re.compile(r"^cdef extern class ([\w.]+)\.(\w+) \[check_size error\]:\n((?:    cdef object \w+\n)+)",
-                    re.MULTILINE)
+_CLASS = re.compile(r"^cdef extern class ([\w.]+)\.(\w+) \[check_size error\]:\n"
+                    r"((?:    cdef (?:object|str) \w+(?:  #.*)?\n)+)", re.MULTILINE)
+_FIELD = re.compile(r"cdef (object|str) (\w+)")
 
 
 def _declared() -> list[tuple[str, str, list[str]]]:
     text = LAYOUTS.read_text()
-    found = [(module, name, re.findall(r"cdef object (\w+)", body))
+    found = [(module, name, [field for _, field in _FIELD.findall(body)])
              for module, name, body in _CLASS.findall(text)]
     assert len(found) == text.count("cdef extern class"), "a declaration this test cannot read"
     return found
@@ -62,3 +64,17 @@ def test_declared_fields_are_the_slots_in_offset_order(module: str, name: str, f
 
 def test_both_structs_are_declared() -> None:
     assert {name for _, name, _ in _declared()} == {"KEvent", "EtNode"}
+
+
+def _declared_str() -> list[tuple[str, str, str]]:
+    text = LAYOUTS.read_text()
+    return [(module, name, field) for module, name, body in _CLASS.findall(text)
+            for kind, field in _FIELD.findall(body) if kind == "str"]
+
+
+@pytest.mark.parametrize("module, name, field", _declared_str(), ids=lambda v: v if isinstance(v, str) else "")
+def test_a_field_declared_str_is_one_msgspec_checks_as_str(module: str, name: str, field: str) -> None:
+    # Compiled code trusts a field declared str (it reads it without a type check), so the
+    # struct must hold nothing else: msgspec rejects any other JSON value there when decoding.
+    cls = getattr(importlib.import_module(module), name)
+    assert msgspec.structs.fields(cls)[cls.__struct_fields__.index(field)].type is str
