@@ -326,6 +326,10 @@ class DeviceEvents:
             return iter(())
         start = self.start_ps
         low = min(start)
+        if cython.compiled and type(start) is array:
+            order = _sorted_by_start(start, low, 1, None, 0, None, None)
+            if order is not None:
+                return iter(order)
         shift = n.bit_length()
         packed = [(s - low) << shift | i for i, s in enumerate(start)]
         packed.sort()
@@ -340,6 +344,13 @@ class DeviceEvents:
         lanes = len(ranks)
         start, transfer, lane = self.start_ps, self.transfer, self.lane
         low = min(start) if len(self) else 0
+        if cython.compiled and type(start) is array:
+            rank = array("q", bytes(8 * len(strings)))
+            for lane_id, lane_rank in ranks.items():
+                rank[lane_id] = lane_rank
+            order = _sorted_by_start(start, low, 2 * lanes, transfer, lanes, lane, rank)
+            if order is not None:
+                return order
         if transfer is None:
             keys = [(start[i] - low) * 2 * lanes + ranks[lane[i]] for i in range(len(self))]
         else:
