@@ -8,30 +8,61 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from libc.string cimport memcpy
 
 
+cdef extern from "Python.h":
+    # The bytearray's layout (CPython's cpython/bytearrayobject.h): what _grow reads.
+    ctypedef struct PyByteArrayObject:
+        Py_ssize_t ob_alloc
+        char* ob_bytes
+        char* ob_start
+        Py_ssize_t ob_exports
+    void Py_SET_SIZE(object, Py_ssize_t)
+
+
+# Where ``size`` more bytes go at the end of ``buf``, grown by that much. Within the room the
+# buffer already has, the size is set as PyByteArray_Resize's own quick path sets it; beyond
+# it, or with a buffer exported (a memoryview alive, which PyByteArray_Resize refuses), the
+# resize is PyByteArray_Resize's. Every write to a node's buffer goes through here: a node's
+# buffer starts with room (_new_buffer), and PyByteArray_Resize would give that back at the
+# first small write (it reallocates whenever the new size is under half the room).
+cdef inline char* _grow(bytearray buf, Py_ssize_t size) except NULL:
+    if buf is None:
+        raise TypeError("_grow takes a bytearray")
+    cdef PyByteArrayObject* raw = <PyByteArrayObject*>buf
+    cdef Py_ssize_t at = PyByteArray_GET_SIZE(buf)
+    if raw.ob_exports == 0 and raw.ob_start == raw.ob_bytes and at + size < raw.ob_alloc:
+        Py_SET_SIZE(buf, at + size)
+        raw.ob_start[at + size] = 0  # the trailing NUL a bytearray keeps
+    elif PyByteArray_Resize(buf, at + size) < 0:
+        return NULL
+    return PyByteArray_AS_STRING(buf) + at
+
+
+# one byte appended to a node's bytearray (wire.py's _put_byte: bytearray.append)
+cdef inline int _put_byte(bytearray buf, int value) except -1:
+    if value < 0 or value > 255:
+        raise ValueError("byte must be in range(0, 256)")
+    _grow(buf, 1)[0] = <char>value
+    return 0
+
+
 # bytes appended to a node's bytearray by a resize and a copy (wire.py's _extend)
 cdef inline int _extend(bytearray buf, bytes data) except -1:
-    if buf is None or data is None:
+    if data is None:
         raise TypeError("_extend takes a bytearray and bytes")
-    cdef Py_ssize_t at = PyByteArray_GET_SIZE(buf)
     cdef Py_ssize_t size = PyBytes_GET_SIZE(data)
-    PyByteArray_Resize(buf, at + size)
-    memcpy(PyByteArray_AS_STRING(buf) + at, PyBytes_AS_STRING(data), size)
+    memcpy(_grow(buf, size), PyBytes_AS_STRING(data), size)
     return 0
 
 
 # a varint of two bytes or more written into a node's bytearray in one step, where appending
 # byte by byte resized it for each (wire.py's _put_varint)
 cdef inline int _append_varint(bytearray buf, unsigned long long bits) except -1:
-    if buf is None:
-        raise TypeError("_append_varint takes a bytearray")
-    cdef Py_ssize_t at = PyByteArray_GET_SIZE(buf)
     cdef Py_ssize_t size = 1
     cdef unsigned long long rest = bits >> 7
     while rest:
         size += 1
         rest >>= 7
-    PyByteArray_Resize(buf, at + size)
-    cdef unsigned char* out = <unsigned char*>PyByteArray_AS_STRING(buf) + at
+    cdef unsigned char* out = <unsigned char*>_grow(buf, size)
     while bits > 0x7F:
         out[0] = <unsigned char>((bits & 0x7F) | 0x80)
         out += 1
@@ -76,8 +107,12 @@ cdef class NodeEncoder:
 
 
 # a node's empty buffer, and its bytes once written (converter/graph.py's _make_node)
+# (room for a node of up to 255 bytes: most nodes then grow without a reallocation)
 cdef inline bytearray _new_buffer():
-    return PyByteArray_FromStringAndSize(NULL, 0)
+    cdef bytearray buf = PyByteArray_FromStringAndSize(NULL, 255)
+    Py_SET_SIZE(buf, 0)
+    PyByteArray_AS_STRING(buf)[0] = 0
+    return buf
 
 
 cdef inline bytes _buffer_bytes(bytearray buf):

@@ -28,6 +28,10 @@ if not cython.compiled:
     # through the buffer protocol (about 380 instructions).
     from operator import iadd as _extend
 
+    # Appends one byte to a node's bytearray. The compiled build has its own (wire.pxd), which
+    # keeps the room a node's buffer starts with.
+    _put_byte = bytearray.append
+
 # Node fields (converter/schema/et_def.proto): key bytes = varint(field number << 3 | wire type).
 _ID, _NAME, _TYPE = b"\x08", b"\x12", b"\x18"
 _CTRL_DEPS, _DATA_DEPS = b"\x22", b"\x2a"  # packed
@@ -79,7 +83,7 @@ def encode_varint(value: int) -> bytes:
 def _put_varint(buf: bytearray, value: int) -> None:
     """Append the varint of an integer in [0, 2**64) to ``buf``."""
     if 0 <= value <= 0x7F:  # one byte (most lengths and dependency ids of small graphs)
-        buf.append(value)
+        _put_byte(buf, value)
         return
     if value < 0 or value >= _U64:  # protobuf's unsigned fields refuse these too
         raise ValueError(f"value {value} out of range for a varint")
@@ -88,9 +92,9 @@ def _put_varint(buf: bytearray, value: int) -> None:
         _append_varint(buf, bits)
     else:
         while bits > 0x7F:
-            buf.append((bits & 0x7F) | 0x80)
+            _put_byte(buf, (bits & 0x7F) | 0x80)
             bits >>= 7
-        buf.append(bits)
+        _put_byte(buf, bits)
 
 
 def _varint_size(value: int) -> int:
@@ -109,7 +113,7 @@ def _put_packed(buf: bytearray, key: int, values: Sequence[int]) -> None:
         if value < 0 or value >= _U64:
             raise ValueError(f"value {value} out of range for a varint")
         size += _varint_size(value)
-    buf.append(key)
+    _put_byte(buf, key)
     _put_varint(buf, size)
     for value in values:
         _put_varint(buf, value)
@@ -117,7 +121,7 @@ def _put_packed(buf: bytearray, key: int, values: Sequence[int]) -> None:
 
 def _put_bytes(buf: bytearray, key: int, data: bytes) -> None:
     """A length-delimited field: its one-byte key, byte length, the bytes."""
-    buf.append(key)
+    _put_byte(buf, key)
     _put_varint(buf, len(data))
     _extend(buf, data)
 
@@ -240,7 +244,7 @@ class NodeEncoder:
         """Node fields 1-7, in field order (``name_field``: :meth:`name`); zero values are left
         out (proto3)."""
         if node_id:
-            buf.append(_ID_KEY)
+            _put_byte(buf, _ID_KEY)
             _put_varint(buf, node_id)
         _extend(buf, name_field)
         if ctrl_deps:
@@ -248,10 +252,10 @@ class NodeEncoder:
         if data_deps:
             _put_packed(buf, _DATA_KEY, data_deps)
         if start_micros:
-            buf.append(_START_KEY)
+            _put_byte(buf, _START_KEY)
             _put_varint(buf, start_micros)
         if duration_micros:
-            buf.append(_DURATION_KEY)
+            _put_byte(buf, _DURATION_KEY)
             _put_varint(buf, duration_micros)
 
     def io(self, buf: bytearray, inputs: bool, values: str | bytes, shapes: str | bytes,
@@ -265,7 +269,7 @@ class NodeEncoder:
         for data in (value_bytes, shape_bytes, type_bytes):
             if data:  # each member's key is one byte
                 size += 1 + _varint_size(len(data)) + len(data)
-        buf.append(_INPUTS_KEY if inputs else _OUTPUTS_KEY)
+        _put_byte(buf, _INPUTS_KEY if inputs else _OUTPUTS_KEY)
         _put_varint(buf, size)
         if value_bytes:
             _put_bytes(buf, _IO_VALUES_KEY, value_bytes)

@@ -135,3 +135,45 @@ def test_io_lengths_equal_protobufs(values: str) -> None:
     for shapes, types in (("", ""), ("[[2048]]", "z" * 300)):
         expected = Node(inputs=IOInfo(values=values, shapes=shapes, types=types)).SerializeToString()
         assert written(wire.NodeEncoder().io, True, values, shapes, types) == expected
+
+
+def _buffers_with_room() -> list[tuple[str, bytearray]]:
+    """Buffers that already hold bytes and have room beyond them (the compiled build writes
+    into that room itself), or whose start was advanced (there it leaves the resize to CPython)."""
+    roomy = bytearray(b"r" * 400)
+    del roomy[250:]  # a cut to half or more keeps the allocation: room for 150 more
+    advanced = bytearray(b"a" * 400)
+    del advanced[:150]  # the 250 bytes left start past the allocation's start
+    return [("empty", bytearray()), ("room", roomy), ("advanced", advanced)]
+
+
+@pytest.mark.parametrize("kind", ["empty", "room", "advanced"])
+def test_a_node_written_into_a_buffer_with_room_is_protobufs(kind: str) -> None:
+    buf = dict(_buffers_with_room())[kind]
+    before = bytes(buf)
+    enc = wire.NodeEncoder()
+    enc.head(buf, 300, enc.name("aten::mm", 4), [1, 1 << 40], [7], 1716423322446085, 155)
+    enc.io(buf, True, "[[1,2]]" * 40, "[[2048]]", '["Tensor(float)"]')  # past the room
+    enc.attr(buf, "is_cpu_op", False)
+    enc.timing(buf, "ns", 1716423322446085432, 155000)
+    enc.attr(buf, "lane", "stream:0:7")
+    node = Node(id=300, name="aten::mm", type=4, ctrl_deps=[1, 1 << 40], data_deps=[7],
+                start_time_micros=1716423322446085, duration_micros=155,
+                inputs=IOInfo(values="[[1,2]]" * 40, shapes="[[2048]]", types='["Tensor(float)"]'),
+                attr=[make_attr("is_cpu_op", False), make_attr("start_ns", 1716423322446085432),
+                      make_attr("duration_ns", 155000), make_attr("lane", "stream:0:7")])
+    assert bytes(buf) == before + node.SerializeToString()
+
+
+def test_a_buffer_a_view_reads_is_not_written_under_it() -> None:
+    """As bytearray.append refuses to resize a buffer a memoryview holds, so does every write
+    of the encoder, room or not (the compiled build checks before writing into the room)."""
+    for kind, buf in _buffers_with_room():
+        before = bytes(buf)
+        with memoryview(buf):
+            for write in (lambda: wire._put_varint(buf, 5), lambda: wire._put_varint(buf, 1 << 40),
+                          lambda: wire.NodeEncoder().attr(buf, "lane", "x"),
+                          lambda: wire._put_bytes(buf, 10, b"abc")):
+                with pytest.raises(BufferError):
+                    write()
+        assert bytes(buf) == before, kind
