@@ -226,7 +226,7 @@ class NodeEncoder:
     def __init__(self) -> None:
         self._names: dict[tuple[str, int], bytes] = {}
         self._attrs: dict[str, dict] = {}  # name -> str or bool value -> the whole attr field
-        self._int_fields: dict[tuple[str, str], tuple[bytes, ...]] = {}  # see _int_prefixes
+        self._int_fields: dict[str, dict[str, tuple[bytes, ...]]] = {}  # see _int_prefixes
         self._oneofs: dict[str, dict[type, str]] = {}  # name -> value type -> oneof
 
     def name(self, name: str, node_type: int = 0) -> bytes:
@@ -308,9 +308,12 @@ class NodeEncoder:
     def int_attr(self, buf: bytearray, name: str, value: int, oneof: str = "int64_val") -> None:
         """An int64 / uint64 attribute (the common timing and id attributes), without the
         general dispatch."""
-        prefixes = self._int_fields.get((name, oneof))
+        by_oneof = self._int_fields.get(name)  # by name then oneof: no tuple key per call
+        if by_oneof is None:
+            by_oneof = self._int_fields[name] = {}
+        prefixes = by_oneof.get(oneof)
         if prefixes is None:
-            prefixes = self._int_fields[(name, oneof)] = _int_prefixes(name, oneof)
+            prefixes = by_oneof[oneof] = _int_prefixes(name, oneof)
         _put_int_field(buf, prefixes, _int_bits(value, oneof))
 
     def timing(self, buf: bytearray, unit: str, start: int | None, duration: int | None) -> None:
@@ -326,7 +329,10 @@ def _put_int_field(buf: bytearray, prefixes: tuple[bytes, ...], bits: int) -> No
     """A Node ``attr`` field of an integer attribute: its prefix for the value's size
     (_int_prefixes) and the value as written (see _int_bits)."""
     _extend(buf, prefixes[_varint_size(bits)])
-    _put_varint(buf, bits)
+    if cython.compiled:  # bits: a C integer already (wire.pxd), in range (_int_bits)
+        _append_varint(buf, bits)
+    else:
+        _put_varint(buf, bits)
 
 
 def _int_prefixes(name: str, oneof: str) -> tuple[bytes, ...]:
