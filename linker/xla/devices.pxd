@@ -18,7 +18,7 @@ cdef class DeviceEvent:
 cdef class DeviceEvents:
     cdef public object start_ps, dur_ps, name, module_key, lane, exec_key, copy, correlation
     cdef public object detail, transfer, strings, details, _string_ids, _packed
-    @cython.locals(strings=list)
+    @cython.locals(strings=list, ev=DeviceEvent)
     cpdef DeviceEvent event(self, Py_ssize_t i)
     cpdef bint is_transfer(self, Py_ssize_t i) except -1
     cpdef object correlation_of(self, Py_ssize_t i)
@@ -165,3 +165,23 @@ cdef inline object _sorted_by_start(const long long[:] start, long long low, lon
         return [keyed[i].index for i in range(n)]
     finally:
         free(keyed)
+
+
+# Item ``i`` (0 or more) of a column: read in C from an array of the typecodes columns have
+# (``column[i]`` on an array costs a generic item call), else as ``column[i]`` (a list, once
+# widened). Out of range raises IndexError, as indexing does.
+cdef inline object _item(object column, Py_ssize_t i):
+    cdef c_array values
+    cdef char code
+    if type(column) is c_array:
+        values = <c_array>column
+        if i >= Py_SIZE(values):
+            raise IndexError("array index out of range")
+        code = values.ob_descr.typecode
+        if code == c'q':
+            return values.data.as_longlongs[i]
+        if code == c'i':
+            return values.data.as_ints[i]
+        if code == c'b':
+            return values.data.as_schars[i]
+    return column[i]

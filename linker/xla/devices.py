@@ -304,6 +304,20 @@ class DeviceEvents:
 
     def event(self, i: int) -> DeviceEvent:
         strings = self.strings
+        if cython.compiled and i >= 0:
+            # The columns read in C (devices.pxd: _item), the event made without a call of its
+            # class (its fields set one by one, as its __init__ sets them).
+            ev = DeviceEvent.__new__(DeviceEvent)
+            ev.name, ev.module_key = strings[_item(self.name, i)], strings[_item(self.module_key, i)]
+            ev.start_ps, ev.dur_ps = _item(self.start_ps, i), _item(self.dur_ps, i)
+            ev.lane, ev.exec_key = strings[_item(self.lane, i)], self.exec_key[i]
+            ev.text, ev.flops, ev.bytes_accessed, ev.category = (
+                _NO_DETAILS if self.detail is None else self.details[_item(self.detail, i)])
+            ev.transfer = self.transfer is not None and _item(self.transfer, i) != 0
+            ev.copy = _COPIES[_item(self.copy, i)]
+            corr = _item(self.correlation, i)
+            ev.correlation = None if corr == _NO_CORRELATION and type(self.correlation) is not list else corr
+            return ev
         text, flops, bytes_accessed, category = (
             _NO_DETAILS if self.detail is None else self.details[self.detail[i]])
         return DeviceEvent(strings[self.name[i]], strings[self.module_key[i]], self.start_ps[i],

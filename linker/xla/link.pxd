@@ -2,7 +2,8 @@
 # the per-device linker's typed helpers.
 cimport cython
 from chakra_hooks.linker.model cimport Edge, EdgeColumns, Op
-from chakra_hooks.linker.xla.devices cimport DeviceEvent
+from cpython.array cimport array as c_array
+from chakra_hooks.linker.xla.devices cimport DeviceEvent, _push
 
 
 cdef dict _FIELDS
@@ -43,3 +44,7 @@ cpdef Op _new_op(list ops, DeviceEvent ev, object kind, str name=*)
 
 
 cpdef object _shared(object value, dict table)
+
+
+@cython.locals(at=Py_ssize_t, op=Op, by_lane=dict, on_lane=c_array, lane=str)
+cpdef dict _events_by_lane(list ops, list firsts)

@@ -37,6 +37,9 @@ from chakra_hooks.linker.xla.devices import (
 )
 from chakra_hooks.linker.xla.xspace import PlaneView, find_plane, profile_start_ns, read_xspace
 
+if not cython.compiled:  # the compiled build cimports its own (linker/xla/devices.pxd)
+    from chakra_hooks.linker.xla.devices import _push
+
 COMM_TYPES: dict[str, CommType] = {
     "all-reduce": CommType.ALL_REDUCE,
     "all-gather": CommType.ALL_GATHER,
@@ -774,16 +777,23 @@ class _DeviceLinker:
         Ops of one event (a SEND and a RECV of one permute) are concurrent and all follow it.
         What an event's lane and times are is read from its first op (its ops share them)."""
         firsts, ops = self.firsts, self.trace.ops
-        by_lane: dict[str, array] = {}  # lane -> its events' places in linking order
-        for at in range(len(firsts)):
-            lane = ops[firsts[at]].lane
-            on_lane = by_lane.get(lane)
-            if on_lane is None:
-                on_lane = by_lane[lane] = array("q")
-            on_lane.append(at)
         edges, stream_order = self.trace.edges, EdgeKind.STREAM_ORDER
-        for on_lane in by_lane.values():
+        for on_lane in _events_by_lane(ops, firsts).values():
             _lane_edges(edges, ops, firsts, on_lane, stream_order)
+
+
+def _events_by_lane(ops: list[Op], firsts: list[int]) -> dict[str, array]:
+    """Lane -> its events' places in linking order (``firsts``: each event's first uid; an
+    event's ops share its lane)."""
+    by_lane: dict[str, array] = {}
+    for at in range(len(firsts)):
+        op = ops[firsts[at]]
+        lane = op.lane
+        on_lane = by_lane.get(lane)
+        if on_lane is None:
+            on_lane = by_lane[lane] = array("q")
+        _push(on_lane, at)
+    return by_lane
 
 
 def _lane_edges(edges: EdgeColumns, ops: list[Op], firsts: list[int], on_lane: Sequence[int],

@@ -243,3 +243,21 @@ def test_event_orders_are_the_stable_sorts_of_their_keys(spread: int) -> None:
             for k, s in enumerate(starts)]
     assert events.linking_order() == _stable_order(keys)
     assert (max(keys) >= 1 << 63) == (spread > 1)
+
+
+def test_an_event_is_read_alike_at_either_end_and_refused_past_it() -> None:
+    """event(i) (read in C, compiled) indexes as the columns do: -1 is the last event, and an
+    index past the end is an IndexError, whatever the column's type."""
+    events = DeviceEvents()
+    lane = events.intern("lane")
+    events.add(events.intern("a"), events.intern("m"), 5, 1, lane, correlation=3)
+    events.add(events.intern("b"), 0, 9, 2, lane, transfer=True, copy=2)
+    last = events.event(1)
+    assert (last.name, last.module_key, last.start_ps, last.transfer, last.copy, last.correlation) == \
+        ("b", "", 9, True, "store", None)
+    assert events.event(-1) == last and events.event(0).correlation == 3
+    for widened in (False, True):
+        if widened:
+            events.widen()
+        with pytest.raises(IndexError):
+            events.event(2)
