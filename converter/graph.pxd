@@ -27,5 +27,9 @@ cpdef object _with_source(object slot, object src, object kind)
 cpdef bint _numbered_by_place(list ops) except -1
 
 
-@cython.locals(by_place=bint)
+@cython.locals(by_place=bint, dst_op=Op)
 cpdef bint _in_time_order(object incoming, object kept)
+
+
+@cython.locals(src_op=Op)
+cpdef bint _runs_before(object kept, bint by_place, object src, object dst, object dst_start)

@@ -425,17 +425,28 @@ def _in_time_order(incoming: dict[int, object] | list[object],
         if dst_start is None:
             return False
         if type(sources) is int:  # one source (see _resolve_edges)
-            sources = (sources >> 3,)
-        elif type(sources) is tuple:  # two
-            sources = (sources[0] >> 3, sources[1] >> 3)
-        for src in sources:
-            src_op = kept[src] if by_place else kept.get(src)
-            if src_op is None:
-                continue
-            src_start = src_op.start_ps
-            if src_start is None or src_start > dst_start or (src_start == dst_start and src > dst):
+            if not _runs_before(kept, by_place, sources >> 3, dst, dst_start):
                 return False
+        elif type(sources) is tuple:  # two
+            if not (_runs_before(kept, by_place, sources[0] >> 3, dst, dst_start)
+                    and _runs_before(kept, by_place, sources[1] >> 3, dst, dst_start)):
+                return False
+        else:
+            for src in sources:
+                if not _runs_before(kept, by_place, src, dst, dst_start):
+                    return False
     return True
+
+
+def _runs_before(kept: dict[int, Op] | list[Op], by_place: bool, src: int, dst: int,
+                 dst_start: int) -> bool:
+    """Whether the kept op ``src`` comes before ``dst`` (which starts at ``dst_start``) in
+    (start, uid) order; True for an op not kept."""
+    src_op = kept[src] if by_place else kept.get(src)
+    if src_op is None:
+        return True
+    src_start = src_op.start_ps
+    return not (src_start is None or src_start > dst_start or (src_start == dst_start and src > dst))
 
 
 def _has_cycle(incoming: dict[int, dict[int, EdgeKind]], kept: dict[int, Op]) -> bool:

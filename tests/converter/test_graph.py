@@ -8,7 +8,7 @@ import pytest
 
 from chakra_hooks.converter import etio
 from chakra_hooks.converter.attrs import attr_dict, value_of
-from chakra_hooks.converter.graph import build_graph, round_us
+from chakra_hooks.converter.graph import _in_time_order, _with_source, build_graph, round_us
 from chakra_hooks.converter.schema import NodeType
 from chakra_hooks.converter.validate import validate
 from chakra_hooks.linker.enrich.gaps import add_gaps, add_window_anchor
@@ -253,3 +253,34 @@ def test_astra_sim_replays_copies_that_overlapped_compute_in_zero_time() -> None
     overlapped = attr_dict(nodes[8])
     assert nodes[8].duration_micros == 0 and value_of(overlapped["overlapped_duration_ps"]) == 9 * US
     assert nodes[3].duration_micros == 2  # a copy on a stream that also runs kernels keeps its time
+
+
+def test_time_order_check_holds_each_source_to_its_destination() -> None:
+    """_in_time_order (typed in the compiled build) against a plain reading of its rule: every
+    source of a kept op starts before it, or at once with a lower uid; a source not kept is
+    no hindrance, a kept op without a start is. Sources held as one int, a pair or a dict."""
+    starts = [0, 10, 10, 20, None, 30]
+    ops = [Op(uid, f"op{uid}", OpKind.COMPUTE, True, "stream:0:7", start, 1)
+           for uid, start in enumerate(starts)]
+
+    def expected(edges: list[tuple[int, int]], kept: set[int]) -> bool:
+        for src, dst in edges:
+            if dst not in kept or src not in kept:
+                continue
+            if starts[dst] is None or starts[src] is None or (starts[src], src) > (starts[dst], dst):
+                return False
+        return True
+
+    cases = [[(0, 1)], [(2, 1)], [(1, 2)], [(0, 3), (1, 3)], [(3, 1), (0, 1)], [(0, 5), (1, 5), (3, 5)],
+             [(0, 5), (1, 5), (5, 3)], [(4, 5)], [(0, 4)], [(7, 1)], []]
+    for edges in cases:
+        for kept_uids in ({0, 1, 2, 3, 4, 5}, {0, 1, 2, 5}):
+            slots: dict[int, object] = {}
+            for src, dst in edges:
+                slots[dst] = _with_source(slots.get(dst), src, EdgeKind.SYNC)
+            kept = {uid: ops[uid] for uid in kept_uids}
+            places = [slots.get(dst) for dst in range(len(ops))]
+            want = expected(edges, kept_uids)
+            assert _in_time_order({d: s for d, s in slots.items() if d in kept_uids}, kept) == want, edges
+            if kept_uids == set(range(len(ops))) and all(src < len(ops) for src, _ in edges):
+                assert _in_time_order(places, ops) == want, edges
