@@ -48,3 +48,9 @@ cpdef object _shared(object value, dict table)
 
 @cython.locals(at=Py_ssize_t, op=Op, by_lane=dict, on_lane=c_array, lane=str)
 cpdef dict _events_by_lane(list ops, list firsts)
+
+
+@cython.locals(i=Py_ssize_t, m=cython.longlong, n=cython.longlong, d=cython.longlong,
+               c=cython.longlong, firsts=list, seen=set)
+cpdef list _first_of_each_kind(object order, const int[:] module_key, const int[:] name,
+                               const int[:] detail, const signed char[:] copy)

@@ -14,7 +14,7 @@ import bisect
 import heapq
 import zlib
 from array import array
-from collections.abc import Iterator, MutableMapping, Sequence
+from collections.abc import Iterable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -262,19 +262,34 @@ def _group_ids(devices: list[Device], modules: dict[str, hlo.HloModule], path: P
         events.unpack()
         # TPU instruction texts build modules as they are met: meet them in linking order
         order = events.linking_order() if events.detail is not None else range(len(events))
-        detail = events.detail if events.detail is not None else bytes(len(events))
-        module_key, name, copy = events.module_key, events.name, events.copy
-        seen: set[tuple[int, int, int, int]] = set()
-        for i in order:
-            key = (module_key[i], name[i], detail[i], copy[i])
-            if key in seen:
-                continue
-            seen.add(key)
+        for i in _first_of_each_kind(order, events.module_key, events.name, events.detail,
+                                     events.copy):
             group = probe.group_of(events.event(i))
             if group is not None:
                 groups.add(group)
         events.pack()
     return {g: i for i, g in enumerate(sorted(groups), start=1)}
+
+
+def _first_of_each_kind(order: Iterable[int], module_key: array, name: array,
+                        detail: array | None, copy: array) -> list[int]:
+    """The events of ``order`` (indices into the columns) that are the first of their kind:
+    (module, name, instruction details, copy stream), which decide what an event resolves to."""
+    firsts: list[int] = []
+    seen: set[object] = set()
+    for i in order:
+        m, n, d, c = module_key[i], name[i], 0 if detail is None else detail[i], copy[i]
+        if cython.compiled and 0 <= m < 1 << 20 and 0 <= n < 1 << 20 and 0 <= d < 1 << 20 and 0 <= c < 4:
+            # a C integer packed, where it fits; the name lowest, as it varies most (a set
+            # probes by the low bits of an int's hash, which are the int's own)
+            key: object = c << 60 | m << 40 | d << 20 | n
+        else:
+            key = (m, n, d, c)
+        if key in seen:
+            continue
+        seen.add(key)
+        firsts.append(i)
+    return firsts
 
 
 def _number_groups(trace: LinkedTrace, group_ids: dict[tuple[int, ...], int]) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gc
+import random
 import sys
+from array import array
 from collections import Counter
 from collections.abc import MutableMapping
 from pathlib import Path
@@ -472,3 +474,27 @@ def test_stream_order_is_what_had_ended_last_when_each_op_started() -> None:
     b = [uid["stream:0:8", s, d] for s, d in lanes["stream:0:8"]]
     assert edges == {(a[0], a[1]), (a[1], a[2]), (a[2], a[3]),  # each after the one before
                      (b[1], b[2]), (b[2], b[3])}  # b[0] never ended in time; b[1] found none
+
+
+@pytest.mark.parametrize("detail", [True, False], ids=["details", "no-details"])
+def test_first_event_of_each_kind_in_the_order_given(detail: bool) -> None:
+    """Which events the group pass resolves (one per module, name, details and copy stream),
+    against keeping the first of each key tuple; with string-table indices past 2^20, which
+    the compiled build cannot pack into one integer key (it keeps tuples for those)."""
+    rng = random.Random(7)
+    count = 3000
+    big = 1 << 20
+    modules = array("i", [rng.choice((0, 1, 2, big, big + 1)) for _ in range(count)])
+    names = array("i", [rng.choice((3, 4, big - 1, big)) for _ in range(count)])
+    details = array("i", [rng.choice((0, 5, big * 2)) for _ in range(count)]) if detail else None
+    copies = array("b", [rng.randrange(4) for _ in range(count)])
+    order = list(range(count))
+    rng.shuffle(order)
+    expected, seen = [], set()
+    for i in order:
+        key = (modules[i], names[i], details[i] if details is not None else 0, copies[i])
+        if key not in seen:
+            seen.add(key)
+            expected.append(i)
+    got = xla_link._first_of_each_kind(order, modules, names, details, copies)
+    assert got == expected and 40 < len(got) < count
