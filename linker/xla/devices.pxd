@@ -167,13 +167,13 @@ cdef inline object _sorted_by_start(const long long[:] start, long long low, lon
         free(keyed)
 
 
-# Item ``i`` (0 or more) of a column: read in C from an array of the typecodes columns have
-# (``column[i]`` on an array costs a generic item call), else as ``column[i]`` (a list, once
-# widened). Out of range raises IndexError, as indexing does.
+# Item ``i`` of a column: read in C from an array of the typecodes columns have (``column[i]``
+# on an array costs a generic item call), else as ``column[i]`` (a list, once widened; an index
+# from the end). Out of range raises IndexError, as indexing does.
 cdef inline object _item(object column, Py_ssize_t i):
     cdef c_array values
     cdef char code
-    if type(column) is c_array:
+    if type(column) is c_array and i >= 0:
         values = <c_array>column
         if i >= Py_SIZE(values):
             raise IndexError("array index out of range")

@@ -61,6 +61,9 @@ if not cython.compiled:
     # of the method costs about 500 instructions; it grows an array by half again, and
     # DeviceEvents.fit gives back what is left once a device is collected.
     _push = array.append
+    # A column's item ``i``: indexing itself in plain Python; the compiled build reads an
+    # array's item in C (devices.pxd), where indexing an array costs a generic item call.
+    from operator import getitem as _item
 
 
 def pack_column(column: array, steps: bool) -> tuple[str, bytes, bool]:
@@ -292,7 +295,7 @@ class DeviceEvents:
         self.correlation = [None if c == _NO_CORRELATION else c for c in self.correlation[:n]]
 
     def correlation_of(self, i: int) -> int | None:
-        corr = self.correlation[i]
+        corr = _item(self.correlation, i)
         return None if corr == _NO_CORRELATION and type(self.correlation) is not list else corr
 
     def set_times(self, i: int, start_ps: int, dur_ps: int) -> None:
@@ -304,7 +307,7 @@ class DeviceEvents:
 
     def event(self, i: int) -> DeviceEvent:
         strings = self.strings
-        if cython.compiled and i >= 0:
+        if cython.compiled:
             # The columns read in C (devices.pxd: _item), the event made without a call of its
             # class (its fields set one by one, as its __init__ sets them).
             ev = DeviceEvent.__new__(DeviceEvent)
@@ -313,10 +316,8 @@ class DeviceEvents:
             ev.lane, ev.exec_key = strings[_item(self.lane, i)], self.exec_key[i]
             ev.text, ev.flops, ev.bytes_accessed, ev.category = (
                 _NO_DETAILS if self.detail is None else self.details[_item(self.detail, i)])
-            ev.transfer = self.transfer is not None and _item(self.transfer, i) != 0
-            ev.copy = _COPIES[_item(self.copy, i)]
-            corr = _item(self.correlation, i)
-            ev.correlation = None if corr == _NO_CORRELATION and type(self.correlation) is not list else corr
+            ev.transfer, ev.copy = self.is_transfer(i), _COPIES[_item(self.copy, i)]
+            ev.correlation = self.correlation_of(i)
             return ev
         text, flops, bytes_accessed, category = (
             _NO_DETAILS if self.detail is None else self.details[self.detail[i]])
@@ -326,7 +327,7 @@ class DeviceEvents:
                            self.correlation_of(i))
 
     def is_transfer(self, i: int) -> bool:
-        return self.transfer is not None and bool(self.transfer[i])
+        return self.transfer is not None and bool(_item(self.transfer, i))
 
     @property
     def has_transfers(self) -> bool:
