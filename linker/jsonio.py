@@ -6,9 +6,11 @@ Shared by the PyTorch ET and Kineto readers. Every failure becomes a one-line
 
 from __future__ import annotations
 
+import mmap
 import re
 import zlib
 from pathlib import Path
+from typing import Union
 
 import msgspec
 import orjson
@@ -16,6 +18,8 @@ import orjson
 from chakra_hooks.common.errors import TraceFormatError
 
 GZIP_MAGIC = b"\x1f\x8b"
+Buffer = Union[bytes, mmap.mmap]
+"""A whole file's bytes: read, or mapped (see :func:`map_bytes`)."""
 
 
 def read_bytes(path: Path) -> bytes:
@@ -24,8 +28,33 @@ def read_bytes(path: Path) -> bytes:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise TraceFormatError(path, "open", f"a readable file ({exc.strerror})") from exc
-    if data[:2] != GZIP_MAGIC:
-        return data
+    return _gunzip(path, data) if data[:2] == GZIP_MAGIC else data
+
+
+def map_bytes(path: Path) -> Buffer:
+    """The file's bytes as :func:`read_bytes` gives them, for the readers that decode a whole
+    file with msgspec (which reads any buffer): a file that is not gzipped is mapped, read-only,
+    rather than read. Reading copies every byte into pages the process has just allocated, and
+    allocating them is most of what reading costs; mapping lends the process the kernel's own
+    cached pages (docs/performance.md). A file that cannot be mapped (empty, a pipe) is read. A mapped file cut short while it is being read ends the process (SIGBUS), as any
+    program that maps its input does: convert finished traces, not ones being written."""
+    try:
+        with open(path, "rb") as file:
+            try:
+                mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+            except (OSError, ValueError):  # empty, or not a regular file
+                mapped = None
+    except OSError as exc:
+        raise TraceFormatError(path, "open", f"a readable file ({exc.strerror})") from exc
+    if mapped is None:
+        return read_bytes(path)
+    if mapped[:2] != GZIP_MAGIC:
+        return mapped
+    with mapped:
+        return _gunzip(path, mapped)
+
+
+def _gunzip(path: Path, data: Buffer) -> bytes:
     # One zlib pass (wbits 31 = gzip framing); a decompressobj lets us tell a truncated
     # stream (no end-of-stream marker) from a corrupt one and name the offset reached.
     inflater = zlib.decompressobj(31)
@@ -45,7 +74,7 @@ def read_bytes(path: Path) -> bytes:
     return out
 
 
-def decode(path: Path, raw: bytes, decoder: msgspec.json.Decoder, array_type: object = None
+def decode(path: Path, raw: Buffer, decoder: msgspec.json.Decoder, array_type: object = None
            ) -> object:
     """Decode ``raw`` with a typed msgspec decoder; a top-level array is decoded as
     ``array_type`` when given. Errors become one-line TraceFormatErrors."""
@@ -72,7 +101,7 @@ def decode(path: Path, raw: bytes, decoder: msgspec.json.Decoder, array_type: ob
 _SPACE = re.compile(rb"[ \t\r\n]*")
 
 
-def _first_char(raw: bytes) -> bytes:
+def _first_char(raw: Buffer) -> bytes:
     """The first non-blank byte (b"" if none), without copying the whole file as
     ``raw.strip()`` would: that copy is as large as the file."""
     at = _SPACE.match(raw).end()

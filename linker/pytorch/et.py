@@ -25,7 +25,7 @@ import msgspec
 
 from chakra_hooks.common.errors import TraceFormatError, json_kind
 from chakra_hooks.linker.pytorch import et_nodes as pytorch_et_nodes
-from chakra_hooks.linker.jsonio import decode, read_bytes
+from chakra_hooks.linker.jsonio import decode, map_bytes
 from chakra_hooks.linker.pytorch.et_nodes import NULL, EtNode, IORaw, as_json
 
 KNOWN_SCHEMAS = ("1.0.1", "1.0.2", "1.0.3", "1.0.4", "1.1.0", "1.1.1")
@@ -314,7 +314,7 @@ _ID = attrgetter("id")
 def read_host_et(path: Path) -> HostEt:
     """Read a PyTorch host ET; raises TraceFormatError for anything that is not one."""
     path = Path(path)
-    raw = read_bytes(path)
+    raw = map_bytes(path)
     try:  # the common layout, attrs decoded in the same pass (see _EtNodeStd)
         doc = _STD_DECODER.decode(raw)
     except (msgspec.MsgspecError, UnicodeDecodeError):  # other attrs, or a bad file (then decode names the problem)

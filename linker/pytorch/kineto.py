@@ -37,7 +37,7 @@ from typing import Union
 import msgspec
 
 from chakra_hooks.common.errors import TraceFormatError, json_kind
-from chakra_hooks.linker.jsonio import decode, read_bytes
+from chakra_hooks.linker.jsonio import Buffer, decode, map_bytes
 from chakra_hooks.linker.pytorch.kineto_events import NO_ARGS, CommonArgs, KArgs, KEvent
 
 HOST_CATS = frozenset(("cpu_op", "user_annotation"))
@@ -182,7 +182,7 @@ def _check_id(trace: KinetoTrace, index: int, name: str, value: object) -> None:
 def read_kineto(path: Path) -> KinetoTrace:
     """Read a Kineto trace; raises TraceFormatError for anything that is not one."""
     path = Path(path)
-    raw = read_bytes(path)
+    raw = map_bytes(path)
     cut = _cut_events(raw)
     if cut is not None:
         try:
@@ -192,7 +192,7 @@ def read_kineto(path: Path) -> KinetoTrace:
     return _read_trace(path, len(raw), *_split_events(path, raw))
 
 
-def _cut_events(raw: bytes) -> tuple[_KinetoRest, Callable[[], Iterator[tuple[int, list[KEvent]]]]] | None:
+def _cut_events(raw: Buffer) -> tuple[_KinetoRest, Callable[[], Iterator[tuple[int, list[KEvent]]]]] | None:
     """The document without its events, and a source of the events decoded in chunks of about
     CHUNK_BYTES of JSON, cut where one event ends and the next begins (each as the index of
     its first event and the events); None where this cannot be done.
@@ -242,7 +242,7 @@ def _cut_events(raw: bytes) -> tuple[_KinetoRest, Callable[[], Iterator[tuple[in
     return doc, chunks
 
 
-def _events_end(raw: bytes, lo: int) -> tuple[int, int]:
+def _events_end(raw: Buffer, lo: int) -> tuple[int, int]:
     """Where the events array that starts at ``lo`` ends: (its ``]``, the ``}`` of its last
     event), or (-1, -1). Sought from the end of the file, where the array ends in every
     trace seen (a few short keys follow it); the last ``}`` then ``]`` is the candidate. The
@@ -261,7 +261,7 @@ def _events_end(raw: bytes, lo: int) -> tuple[int, int]:
     return -1, -1
 
 
-def _split_events(path: Path, raw: bytes
+def _split_events(path: Path, raw: Buffer
                   ) -> tuple[_KinetoDoc, Callable[[], Iterator[tuple[int, list[KEvent]]]]]:
     """The document, and a source of its events split by msgspec and decoded CHUNK at a time
     (one decoder call per chunk: a call per event cost more than the decoding itself)."""

@@ -154,7 +154,7 @@ def test_cut_and_split_read_alike(corpus: Path, name: str, monkeypatch) -> None:
     cut by the reader: the split is the fallback)."""
     from chakra_hooks.linker.pytorch import kineto
     monkeypatch.setattr(kineto, "CHUNK_BYTES", 1 << 14)  # many chunks even for small files
-    assert kineto._cut_events(kineto.read_bytes(corpus / name)) is not None
+    assert kineto._cut_events(kineto.map_bytes(corpus / name)) is not None
     cut = read_kineto(corpus / name)
     monkeypatch.setattr(kineto, "_cut_events", lambda raw: None)
     split = read_kineto(corpus / name)
