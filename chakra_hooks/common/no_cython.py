@@ -1,6 +1,6 @@
-"""Cython's class decorators and ``compiled`` where Cython is not installed (an install that
-runs the compiled modules' sources as plain Python, linker/model.py): the decorators leave the
-class as it is, and ``compiled`` is False."""
+"""Cython's decorators and ``compiled`` where Cython is not installed (an install that runs the
+compiled modules' sources as plain Python, linker/model.py): the decorators leave the class or
+function as it is, and ``compiled`` is False."""
 
 from __future__ import annotations
 
@@ -11,4 +11,9 @@ def _as_is(cls: type) -> type:
     return cls
 
 
-cython = SimpleNamespace(cclass=_as_is, no_gc=_as_is, compiled=False)
+def _directive(_value: object) -> object:
+    return _as_is
+
+
+cython = SimpleNamespace(cclass=_as_is, no_gc=_as_is, boundscheck=_directive, wraparound=_directive,
+                         compiled=False)

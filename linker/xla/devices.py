@@ -574,11 +574,10 @@ def _gpu_device(view: PlaneView, ordinal: int) -> Device:
         sm = _STREAM_RE.search(line.name)
         lane = intern(f"stream:{ordinal}:{sm.group(1) if sm else line.name}")
         line_copy = _copy_direction(line.name)
-        base = view.line_base_ps(line)
         count = 0  # events of this line appended to the columns that fill_line completes
-        for ev in line.events:
+        for mid, start, dur, stats in view.events(line):
             op = module = program = corr = None
-            for raw in ev.stats[:]:  # as a list: see PlaneView.events
+            for raw in stats:
                 if len(raw) > 1 and raw[0] == 0x08 and raw[1] < 0x80:  # the usual layout
                     sid = raw[1]
                     if sid not in wanted:
@@ -609,7 +608,6 @@ def _gpu_device(view: PlaneView, ordinal: int) -> Device:
                     program = hit[2]
                 elif sid == corr_id:
                     corr = hit[2]
-            mid = ev.metadata_id
             named = by_metadata.get(mid)
             if named is None:
                 name = view.event_name(mid)
@@ -625,7 +623,6 @@ def _gpu_device(view: PlaneView, ordinal: int) -> Device:
                 name_index, module_index = named[0], 0
             if corr is not None and type(corr) is not int:
                 corr = _int(corr)
-            start, dur = base + ev.offset_ps, ev.duration_ps
             if not wide:
                 try:
                     if corr == _NO_CORRELATION:

@@ -30,6 +30,11 @@ from typing import Union
 from google.protobuf import descriptor_pb2, message_factory
 from google.protobuf.message import DecodeError
 
+try:  # read by Cython when it compiles this module (setup.py): see _scan_events
+    import cython
+except ImportError:  # run as plain Python without Cython installed
+    from chakra_hooks.common.no_cython import cython
+
 from chakra_hooks.common.errors import TraceFormatError
 from chakra_hooks.linker.xla import xspace_pb2
 
@@ -185,6 +190,112 @@ def _fields(data, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
         yield tag >> 3, rec, pos, pos
 
 
+@cython.boundscheck(False)  # every read is checked to lie within [start, end), and that within
+@cython.wraparound(False)  # the data (at the start)
+def _scan_events(data, start: int, end: int, base: int, out: list) -> None:
+    """Append to ``out`` the events of the XLine bytes data[start:end] (a whole line, whose
+    own fields are stepped over, or a run of its event records) as (metadata_id,
+    base + offset_ps, duration_ps, stats) tuples, ``stats`` the event's raw XStat records:
+    what :meth:`PlaneView.events` yields for a decoded line, read from the bytes themselves.
+    The compiled build reads lines so; reading a decoded event's fields, a Python call each,
+    cost more than the rest of collecting a GPU event.
+
+    Read as protobuf reads an XEvent: a scalar field given twice keeps the last value,
+    ``offset_ps`` and ``num_occurrences`` are one oneof (the last set wins; offset 0 when it
+    is num_occurrences), a field of an unexpected wire type is an unknown field and skipped.
+    Raises ValueError(offset, what) on damage, as _fields does."""
+    if not 0 <= start <= end <= len(data):  # the compiled build reads the bytes unchecked
+        raise IndexError(f"bytes {start} to {end} of {len(data)}")
+    pos, limit = start, end
+    in_event = False  # reading an event's fields: they end at `limit`, the line's at `end`
+    mid = offset = dur = 0
+    stats: list[bytes] = []
+    while True:
+        if pos >= limit:
+            if not in_event:
+                return
+            out.append((_signed(mid), base + _signed(offset), _signed(dur), stats))
+            in_event, limit = False, end
+            continue
+        rec = pos
+        key = shift = 0
+        while True:  # the field's key, a varint
+            if pos >= limit:
+                raise ValueError(rec, "a complete varint (truncated?)")
+            byte = data[pos]
+            pos += 1
+            piece = byte & 0x7F  # a 64-bit number in C: shifted 28, it would overflow an int
+            key |= piece << shift
+            if byte < 0x80:
+                break
+            shift += 7
+            if shift > 28:  # field numbers fit in 29 bits
+                raise ValueError(rec, "a field key of at most 5 bytes")
+        if key < 8 or key >> 32:
+            raise ValueError(rec, "a field number from 1 to 2^29 - 1")
+        wire = key & 7
+        value = 0
+        if wire == 0 or wire == 2:
+            shift = 0
+            while True:  # the value, or the length of a wire type 2 field
+                if pos >= limit:
+                    raise ValueError(rec, "a complete varint (truncated?)")
+                byte = data[pos]
+                pos += 1
+                piece = byte & 0x7F
+                if shift == 63:  # the 10th byte: only its lowest bit is within 64 bits
+                    piece &= 1
+                value |= piece << shift
+                if byte < 0x80:
+                    break
+                shift += 7
+                if shift > 63:
+                    raise ValueError(rec, "a varint of at most 10 bytes")
+        elif wire == 1 or wire == 5:
+            pos += 8 if wire == 1 else 4
+            if pos > limit:
+                raise ValueError(rec, "a complete fixed-size field (truncated?)")
+            continue
+        else:
+            raise ValueError(rec, f"an XSpace field, got wire type {wire}")
+        field = key >> 3
+        if wire == 2:
+            if value > limit - pos:
+                raise ValueError(rec, f"{value} bytes of field {field}, but the record ends "
+                                      f"after {limit - pos} (truncated?)")
+            if not in_event:
+                if field == 4:  # an event: read its fields next
+                    in_event, limit = True, pos + value
+                    mid = offset = dur = 0
+                    stats = []
+                    continue
+            elif field == 4:  # a stat of the event
+                stats.append(_bytes_at(data, pos, value))
+            pos += value
+        elif in_event:
+            if field == 1:
+                mid = value
+            elif field == 2:
+                offset = value
+            elif field == 3:
+                dur = value
+            elif field == 5:  # num_occurrences: offset_ps, its oneof, reads 0
+                offset = 0
+
+
+_TWO_64 = 1 << 64
+
+
+def _signed(value: int) -> int:
+    """An int64 field's value from its varint (two's complement, as protobuf writes one)."""
+    return value - _TWO_64 if value >> 63 else value
+
+
+if not cython.compiled:  # the compiled build's are C functions (xspace.pxd)
+    def _bytes_at(data, pos: int, length: int) -> bytes:
+        return bytes(data[pos:pos + length])
+
+
 # ---------------------------------------------------------------------------------------------
 # The file
 
@@ -324,6 +435,28 @@ class PartedLine:
             raise TraceFormatError(self._path, f"{self._where}, events at byte {a}",
                                    f"a well-formed XLine (decoder: {err})") from None
 
+    def scan(self, base: int) -> Iterator[tuple[int, int, int, list[bytes]]]:
+        """The events as PlaneView.events yields them, read from the bytes (_scan_events) a
+        part at a time."""
+        return chain.from_iterable(self._scanned(a, b, base) for a, b in self._parts)
+
+    def _scanned(self, a: int, b: int, base: int) -> list[tuple[int, int, int, list[bytes]]]:
+        out: list[tuple[int, int, int, list[bytes]]] = []
+        try:
+            _scan_events(self._data, a, b, base, out)
+        except ValueError as err:
+            raise TraceFormatError(self._path, f"{self._where}, byte {err.args[0]}",
+                                   err.args[1]) from None
+        return out
+
+
+def _decoded_events(line: RawStatsLine | PartedLine, base: int
+                    ) -> Iterator[tuple[int, int, int, list[bytes]]]:
+    for ev in line.events:
+        # The stats as a list: iterating the message's field itself costs about twice as
+        # much (each item fetched alone, the end found by an IndexError).
+        yield ev.metadata_id, base + ev.offset_ps, ev.duration_ps, ev.stats[:]
+
 
 _VARINT_STATS = {0x18: "uint64_value", 0x20: "int64_value", 0x38: "ref_value"}  # tags, id 1 first
 _U64 = (1 << 64) - 1
@@ -339,7 +472,7 @@ class PlaneView:
     """
 
     __slots__ = ("plane", "name", "stat_names", "stat_ids", "path", "where", "_data", "_line_spans",
-                 "_line_names", "_long_lines", "_meta_stats", "_raw_cache")
+                 "_line_names", "_split_lines", "_meta_stats", "_raw_cache")
 
     def __init__(self, plane: xspace_pb2.XPlane, data=None, line_spans: list[tuple[int, int]] | None = None,
                  path: Path | str = "<bytes>", where: str = "plane") -> None:
@@ -354,7 +487,7 @@ class PlaneView:
         self._data = data
         self._line_spans = line_spans or []
         self._line_names: list[str] | None = None
-        self._long_lines: dict[int, tuple] = {}  # a long line's (head, parts), found once
+        self._split_lines: dict[int, tuple] = {}  # a split line's (head, parts), found once
         self._meta_stats: dict[int, dict[str, StatValue]] = {}
         self._raw_cache: dict[bytes, tuple[int, str | None, object]] = {}
 
@@ -406,14 +539,16 @@ class PlaneView:
         a, b = self._line_spans[i]
         where = f"{self.where}, line {i} at byte {a}"
         try:
-            if b - a <= _LINE_PART_BYTES:
+            if b - a <= _LINE_PART_BYTES and not cython.compiled:
+                # Plain Python: protobuf decodes a short line faster than Python reads its
+                # bytes. Compiled, every line is split, and its events read by _scan_events.
                 return RawStatsLine.FromString(self._data[a:b])
-            found = self._long_lines.get(i)
+            found = self._split_lines.get(i)
             if found is None:
                 data = self._data
                 head, parts = _line_parts(data, a, b, _LINE_PART_BYTES)
                 head = RawStatsLine.FromString(b"".join([data[r:e] for r, e in head]))
-                found = self._long_lines[i] = (head, parts)
+                found = self._split_lines[i] = (head, parts)
             return PartedLine(found[0], self._data, found[1], self.path, where)
         except ValueError as err:
             raise TraceFormatError(self.path, f"{where}, byte {err.args[0]}", err.args[1]) from None
@@ -426,11 +561,11 @@ class PlaneView:
         return line.timestamp_ns * 1000
 
     def events(self, line: RawStatsLine | PartedLine) -> Iterator[tuple[int, int, int, list[bytes]]]:
+        """(metadata_id, start_ps, duration_ps, raw stats) of each of the line's events."""
         base = self.line_base_ps(line)
-        for ev in line.events:
-            # The stats as a list: iterating the message's field itself costs about twice as
-            # much (each item fetched alone, the end found by an IndexError).
-            yield ev.metadata_id, base + ev.offset_ps, ev.duration_ps, ev.stats[:]
+        if cython.compiled and type(line) is PartedLine:
+            return line.scan(base)
+        return _decoded_events(line, base)
 
     def event_name(self, metadata_id: int) -> str:
         return self.plane.event_metadata[metadata_id].name
