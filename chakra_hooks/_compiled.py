@@ -119,19 +119,40 @@ def _stale_build(checkout: Path) -> bool:
     cannot be mixed."""
     global _stale
     if _stale is None:
-        sources = [checkout / source for _, source in COMPILED]
-        inputs = set(sources) | {pxd for py in sources for pxd in py.parent.glob("*.pxd")}
-        built_times = []
-        for py in sources:
-            built = [f for f in py.parent.glob(py.stem + ".*")
-                     if f.name.endswith(tuple(EXTENSION_SUFFIXES))]
+        # Each folder is listed once (the modules share a few): every process a checkout
+        # starts asks this, and a glob per module took several times as long.
+        listings: dict[str, dict[str, float]] = {}
+        newest = 0.0  # of the sources and declarations
+        built_times = []  # each module's newest compiled file
+        for _, source in COMPILED:
+            folder, name = os.path.split(os.path.join(checkout, source))
+            files = listings.get(folder)
+            if files is None:
+                files = listings[folder] = _modified_times(folder)
+                newest = max([newest, *(t for n, t in files.items() if n.endswith(".pxd"))])
+            newest = max(newest, files.get(name, 0.0))
+            prefix = name[:-len(".py")] + "."
+            built = [t for n, t in files.items() if n.startswith(prefix) and n.endswith(_BUILT)]
             if not built:
                 _stale = True
                 return _stale
-            built_times.append(max(f.stat().st_mtime for f in built))
-        newest = max((f.stat().st_mtime for f in inputs if f.is_file()), default=0.0)
+            built_times.append(max(built))
         _stale = newest > min(built_times)
     return _stale
+
+
+_BUILT = tuple(EXTENSION_SUFFIXES)
+
+
+def _modified_times(folder: str) -> dict[str, float]:
+    """Name -> modification time of the sources, declarations and compiled files in
+    ``folder`` (none if it cannot be listed)."""
+    try:
+        with os.scandir(folder) as entries:
+            return {entry.name: entry.stat().st_mtime for entry in entries
+                    if entry.name.endswith((".py", ".pxd", *_BUILT)) and entry.is_file()}
+    except OSError:
+        return {}
 
 
 def install() -> None:
