@@ -36,8 +36,10 @@ def map_bytes(path: Path) -> Buffer:
     file with msgspec (which reads any buffer): a file that is not gzipped is mapped, read-only,
     rather than read. Reading copies every byte into pages the process has just allocated, and
     allocating them is most of what reading costs; mapping lends the process the kernel's own
-    cached pages (docs/performance.md). A file that cannot be mapped (empty, a pipe) is read. A mapped file cut short while it is being read ends the process (SIGBUS), as any
-    program that maps its input does: convert finished traces, not ones being written."""
+    cached pages (docs/performance.md). A file that cannot be mapped (empty, a pipe) is read.
+
+    A mapped file cut short while it is being read ends the process (SIGBUS), as for any
+    program that maps its input: convert finished traces, not ones still being written."""
     try:
         with open(path, "rb") as file:
             try:
