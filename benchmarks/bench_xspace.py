@@ -36,6 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_convert import compiled_status
+
 REPO = Path(__file__).resolve().parent.parent
 
 CHILD = r"""
@@ -230,6 +232,10 @@ def main() -> None:
     ap.add_argument("--file", type=Path, action="append", default=[],
                     help="also measure this .xplane.pb (e.g. a big generated one kept from an earlier run)")
     args = ap.parse_args()
+    # A checkout whose sources are newer than its build runs them as plain Python (a git
+    # checkout or stash touches them): say which build the figures are of.
+    status = compiled_status()
+    print(f"compiled modules running: {status} (setup.py; 0 = pure Python)")
     for path in args.file:
         report(str(path), path, ["parse", "bare", "raw", "reader", "pick", "devices", "convert"])
     for name in ("jax_xla/tpu_inference_2.xplane.pb", "jax_xla/mi300x_jax_conv.xplane.pb"):
@@ -243,6 +249,9 @@ def main() -> None:
             n = make_space(path, args.size_mb, launches=args.launches)
             print(f"\ngenerated {path.stat().st_size / 1e6:.0f} MB, {n:,} events in {time.perf_counter() - t:.1f} s")
             report("generated", path, ["parse", "bare", "raw", "reader", "pick", "devices", "convert"])
+    if compiled_status() != status:
+        print(f"warning: compiled modules running changed to {compiled_status()} during the "
+              "runs: figures after the change are not of the compiled build")
 
 
 if __name__ == "__main__":
