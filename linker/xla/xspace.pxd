@@ -24,8 +24,8 @@ cpdef object _int_stat(object stats, Py_ssize_t stat_id, dict cache, object miss
                mid=cython.ulonglong, offset=cython.ulonglong, dur=cython.ulonglong, stats=list,
                key=cython.ulonglong, shift=cython.int, byte=cython.uchar, wire=cython.int,
                value=cython.ulonglong, piece=cython.ulonglong, field=cython.ulonglong)
-cpdef _scan_events(const unsigned char[:] data, Py_ssize_t start, Py_ssize_t end, object base,
-                   list out)
+cpdef Py_ssize_t _scan_events(const unsigned char[:] data, Py_ssize_t start, Py_ssize_t end,
+                              object base, list out, Py_ssize_t most) except -1
 
 
 cdef inline object _signed(unsigned long long value)

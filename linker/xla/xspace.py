@@ -192,13 +192,14 @@ def _fields(data, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
 
 @cython.boundscheck(False)  # every read is checked to lie within [start, end), and that within
 @cython.wraparound(False)  # the data (at the start)
-def _scan_events(data, start: int, end: int, base: int, out: list) -> None:
+def _scan_events(data, start: int, end: int, base: int, out: list, most: int) -> int:
     """Append to ``out`` the events of the XLine bytes data[start:end] (a whole line, whose
     own fields are stepped over, or a run of its event records) as (metadata_id,
     base + offset_ps, duration_ps, stats) tuples, ``stats`` the event's raw XStat records:
     what :meth:`PlaneView.events` yields for a decoded line, read from the bytes themselves.
     The compiled build reads lines so; reading a decoded event's fields, a Python call each,
-    cost more than the rest of collecting a GPU event.
+    cost more than the rest of collecting a GPU event. Stops after ``most`` events, and
+    returns where it stopped (``end`` once every event is read).
 
     Read as protobuf reads an XEvent: a scalar field given twice keeps the last value,
     ``offset_ps`` and ``num_occurrences`` are one oneof (the last set wins; offset 0 when it
@@ -213,9 +214,12 @@ def _scan_events(data, start: int, end: int, base: int, out: list) -> None:
     while True:
         if pos >= limit:
             if not in_event:
-                return
+                return pos
             out.append((_signed(mid), base + _signed(offset), _signed(dur), stats))
             in_event, limit = False, end
+            most -= 1
+            if most <= 0:
+                return pos
             continue
         rec = pos
         key = shift = 0
@@ -401,6 +405,9 @@ def find_plane(space: XSpaceFile, name: str) -> PlaneView | None:
 # decoded, an event takes about five times its bytes, and one GPU stream of a long profile is a
 # line of millions of events.
 _LINE_PART_BYTES = 1 << 20
+# Events read from the bytes per batch (compiled, PartedLine.scan): a batch's tuples exist at
+# once, about 200 bytes an event, where a line part's (1 MB of records) took several MB.
+_SCAN_EVENTS = 4096
 
 
 class PartedLine:
@@ -436,18 +443,21 @@ class PartedLine:
                                    f"a well-formed XLine (decoder: {err})") from None
 
     def scan(self, base: int) -> Iterator[tuple[int, int, int, list[bytes]]]:
-        """The events as PlaneView.events yields them, read from the bytes (_scan_events) a
-        part at a time."""
-        return chain.from_iterable(self._scanned(a, b, base) for a, b in self._parts)
+        """The events as PlaneView.events yields them, read from the bytes (_scan_events)
+        _SCAN_EVENTS at a time: each batch is made whole before it is iterated."""
+        return chain.from_iterable(self._scanned(base))
 
-    def _scanned(self, a: int, b: int, base: int) -> list[tuple[int, int, int, list[bytes]]]:
-        out: list[tuple[int, int, int, list[bytes]]] = []
-        try:
-            _scan_events(self._data, a, b, base, out)
-        except ValueError as err:
-            raise TraceFormatError(self._path, f"{self._where}, byte {err.args[0]}",
-                                   err.args[1]) from None
-        return out
+    def _scanned(self, base: int) -> Iterator[list[tuple[int, int, int, list[bytes]]]]:
+        data = self._data
+        for a, b in self._parts:
+            while a < b:
+                out: list[tuple[int, int, int, list[bytes]]] = []
+                try:
+                    a = _scan_events(data, a, b, base, out, _SCAN_EVENTS)
+                except ValueError as err:
+                    raise TraceFormatError(self._path, f"{self._where}, byte {err.args[0]}",
+                                           err.args[1]) from None
+                yield out
 
 
 def _decoded_events(line: RawStatsLine | PartedLine, base: int

@@ -317,7 +317,8 @@ def _read_from_bytes(raw: bytes, base: int) -> list:
     xspace.RawStatsLine.FromString(b"".join(raw[a:b] for a, b in head))
     out: list = []
     for a, b in parts:
-        xspace._scan_events(view, a, b, base, out)
+        while a < b:  # three events at a time: stopping and starting again reads alike
+            a = xspace._scan_events(view, a, b, base, out, 3)
     return out
 
 
