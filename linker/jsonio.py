@@ -42,13 +42,8 @@ def map_bytes(path: Path) -> Buffer:
     program that maps its input: convert finished traces, not ones still being written."""
     try:
         with open(path, "rb") as file:
-            try:
-                mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
-            except (OSError, ValueError):  # empty, or not a regular file
-                mapped = None
-    except OSError as exc:
-        raise TraceFormatError(path, "open", f"a readable file ({exc.strerror})") from exc
-    if mapped is None:
+            mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):  # unreadable (read_bytes says why), empty, not a regular file
         return read_bytes(path)
     if mapped[:2] != GZIP_MAGIC:
         return mapped
