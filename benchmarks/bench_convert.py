@@ -1,8 +1,8 @@
 """Benchmark: ``chakra-hooks convert`` on tiled ResNet inputs, beside the reference converter.
 
     python benchmarks/bench_convert.py [--tiles 1 6 22 55] [--workdir DIR] [--reference]
-                                       [--builds] [--floor] [--link-only] [--repeat N]
-                                       [--instructions]
+                                       [--builds] [--floor] [--link-only] [--stages]
+                                       [--repeat N] [--instructions]
 
 For each K, tiles the real ``a100_resnet_nccl`` pair K times (benchmarks/tile_resnet.py,
 cached in the work directory), then runs our whole ``convert`` (read, link, convert, write)
@@ -20,6 +20,14 @@ as plain Python (``CHAKRA_HOOKS_PURE_PYTHON=1``, what an install without a C com
 ``--floor`` times msgspec's typed decode of the same two files into structs holding the fields
 linking reads (``args`` and attributes left undecoded): the least any reader built on it can
 take.
+
+``--stages`` times the stages of one rank's conversion in a fresh process, through the
+conversion's own progress marks (``convert_job``, as a worker runs it): the command's imports,
+finding the rank's files, reading the ET (with the linker's own imports), reading Kineto,
+linking, and building and writing the nodes; each stage's best of ``--repeat`` runs. It also
+reports the MB/s of the stages up to the end of reading alone: the most a conversion with
+these readers could reach if linking, building and writing took no time (the interpreter's
+own start, about 20 ms, is not in any stage).
 
 ``--instructions`` instead counts the instructions of one ``convert`` per K under valgrind's
 callgrind (about 100x slower than a plain run: use K=1 or K=6). On a shared machine whose
@@ -98,6 +106,25 @@ assert msgspec.json.decode(open(et, "rb").read(), type=HostEt).nodes
 assert msgspec.json.decode(open(kineto, "rb").read(), type=Kineto).traceEvents
 """
 
+# One rank's conversion (the tiles are one job) timed at its progress marks: what
+# linker/pytorch/link.py and convert.py report as they go (ET read, Kineto read, linked, done).
+STAGES = r"""
+import json, sys, tempfile, time
+start = time.perf_counter()
+import chakra_hooks.cli  # noqa: F401 (what the command imports before it converts)
+from chakra_hooks.common.progress import reporting_to
+from chakra_hooks.convert import ConvertOptions, convert_job, discover
+marks = [("imports", time.perf_counter())]
+(job,) = discover([sys.argv[1]], lambda message: None)
+marks.append(("find", time.perf_counter()))
+with tempfile.TemporaryDirectory() as staging:
+    with reporting_to(lambda fraction: marks.append((fraction, time.perf_counter()))):
+        convert_job(job, staging, ConvertOptions())
+print(json.dumps([("imports", marks[0][1] - start)] + [
+    (mark, at - before) for (_, before), (mark, at) in zip(marks, marks[1:])]))
+"""
+STAGE_NAMES = ("imports", "find files", "read ET", "read Kineto", "link", "nodes + write")
+
 REPEAT = 3  # runs per measurement; the fastest is reported (--repeat)
 
 
@@ -163,6 +190,28 @@ def floor(k: int, workdir: Path) -> str:
     return row(f"msgspec typed decode K={k}", size / 1e6, result)
 
 
+def stages(k: int, workdir: Path, pure: bool = False) -> str:
+    """Seconds per stage of one rank's conversion (STAGES), each stage's best of REPEAT."""
+    folder, size = ensure_tiles(k, workdir)
+    env = dict(os.environ, CHAKRA_HOOKS_PURE_PYTHON="1") if pure else None
+    runs = []
+    for _ in range(REPEAT):
+        out = subprocess.run([sys.executable, "-c", STAGES, str(folder)], capture_output=True,
+                             text=True, env=env)
+        if out.returncode != 0:
+            raise SystemExit(f"stages K={k} failed: {out.stderr[-500:]}")
+        runs.append([seconds for _, seconds in json.loads(out.stdout)])
+    if any(len(run) != len(STAGE_NAMES) for run in runs):
+        raise SystemExit(f"stages K={k}: expected the marks of {', '.join(STAGE_NAMES)}, got "
+                         f"{len(runs[0])} stages (did the progress marks change?)")
+    best = [min(column) for column in zip(*runs)]
+    reading = sum(best[:4])
+    build = ", plain Python" if pure else ""
+    listed = ", ".join(f"{name} {seconds:.2f}" for name, seconds in zip(STAGE_NAMES, best))
+    return (f"stages K={k}{build} (s): {listed}; imports and reading alone "
+            f"{size / 1e6 / reading:.0f} MB/s")
+
+
 def instructions(k: int, workdir: Path) -> str:
     """Instructions of one whole convert at K, counted by callgrind."""
     valgrind = shutil.which("valgrind")
@@ -213,6 +262,8 @@ def main() -> None:
                         help="also each K as plain Python (CHAKRA_HOOKS_PURE_PYTHON=1)")
     parser.add_argument("--floor", action="store_true",
                         help="also msgspec's typed decode of the same files")
+    parser.add_argument("--stages", action="store_true",
+                        help="also the seconds of each stage of one conversion")
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure (best kept)")
     parser.add_argument("--instructions", action="store_true",
                         help="count instructions under callgrind instead of timing")
@@ -236,6 +287,10 @@ def main() -> None:
                 print(ours(k, workdir, args.link_only, pure=True), flush=True)
             if args.floor:
                 print(floor(k, workdir), flush=True)
+            if args.stages:
+                print(stages(k, workdir), flush=True)
+                if args.builds:
+                    print(stages(k, workdir, pure=True), flush=True)
         if args.reference:
             print(reference(workdir), flush=True)
     finally:
