@@ -69,6 +69,12 @@ _VARINT_CACHE_SIZE = 1 << 14
 # Built without a call per entry: they are made at import, i.e. on every start of the CLI.
 _VARINTS = [bytes((n,)) for n in range(0x80)] + [
     bytes(((n & 0x7F) | 0x80, n >> 7)) for n in range(0x80, _VARINT_CACHE_SIZE)]
+if not cython.compiled:
+    # Plain Python writes a long varint 14 bits a step: two bytes, each with its continuation
+    # bit, per step (a node's times take 6-9 bytes), where a byte a step cost twice the calls.
+    # The compiled build writes varints in C (wire.pxd: _append_varint).
+    _VARINT_PAIRS = [bytes(((n & 0x7F) | 0x80, (n >> 7) | 0x80))
+                     for n in range(_VARINT_CACHE_SIZE)]
 
 
 def encode_varint(value: int) -> bytes:
@@ -91,14 +97,16 @@ def _put_varint(buf: bytearray, value: int) -> None:
     if cython.compiled:  # written into the buffer in one step (wire.pxd: _append_varint)
         _append_varint(buf, bits)
     else:
-        while bits > 0x7F:
-            _put_byte(buf, (bits & 0x7F) | 0x80)
-            bits >>= 7
-        _put_byte(buf, bits)
+        while bits >= _VARINT_CACHE_SIZE:
+            _extend(buf, _VARINT_PAIRS[bits & 0x3FFF])
+            bits >>= 14
+        _extend(buf, _VARINTS[bits])
 
 
 def _varint_size(value: int) -> int:
     """Bytes in the varint of an integer in [0, 2**64) (callers check the range)."""
+    if not cython.compiled:  # one call where the loop below is a step per 7 bits
+        return (value.bit_length() + 6) // 7 or 1
     size = 1
     while value > 0x7F:
         value >>= 7

@@ -36,6 +36,11 @@ from typing import Union
 
 import msgspec
 
+try:  # read by Cython when it compiles this module (setup.py): see _ns
+    import cython
+except ImportError:  # run as plain Python without Cython installed
+    from chakra_hooks.common.no_cython import cython
+
 from chakra_hooks.common.errors import TraceFormatError, json_kind
 from chakra_hooks.linker.jsonio import Buffer, decode, map_bytes
 from chakra_hooks.linker.pytorch.kineto_events import NO_ARGS, CommonArgs, KArgs, KEvent
@@ -153,12 +158,15 @@ class KinetoTrace:
 def _ns(value: object) -> int:
     """Microseconds (int, or float with 3 decimals) -> integer ns: ``round(value * 1000)``.
 
-    The rounding is spelled out (half to even, as ``round``) because the compiled build runs
-    it on C numbers (pytorch/kineto.pxd), where the builtin ``round`` was most of this function's
-    cost; it runs for every time of every kept event.
+    The compiled build spells the rounding out (half to even, as ``round``) and runs it on C
+    numbers (pytorch/kineto.pxd), where the builtin ``round`` was most of this function's cost;
+    plain Python calls ``round``, which there costs half of the spelled-out arithmetic. It runs
+    for every time of every kept event.
     """
     if type(value) is int:
         return value * 1000
+    if not cython.compiled:
+        return round(value * 1000)  # type: ignore[operator]
     number = value  # the compiled build converts it to a C double here (TypeError if no number)
     scaled = number * 1000  # type: ignore[operator]
     if -_ROUND_LIMIT < scaled < _ROUND_LIMIT:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from chakra_hooks.converter import wire
@@ -122,10 +124,16 @@ def test_varints_of_every_size_append_as_protobuf_writes_them() -> None:
     # (compiled, a varint of two bytes or more is written into the buffer in one step)
     values = [0, 1, 127, 128, 300, (1 << 64) - 1]
     values += [(1 << (7 * k)) - 1 for k in range(1, 10)] + [1 << (7 * k) for k in range(1, 10)]
+    # plain Python writes 14 bits a step: around each step, and every bit length at random
+    values += [(1 << (14 * k)) + d for k in range(1, 5) for d in (-1, 0, 1)]
+    rng = random.Random(3)
+    values += [rng.getrandbits(bits) for bits in range(1, 65) for _ in range(20)]
     buf, expected = bytearray(b"\xff"), b"\xff"
     for value in values:
         wire._put_varint(buf, value)
-        expected += Node(start_time_micros=value).SerializeToString()[1:] or b"\x00"  # (0: unset)
+        varint = Node(start_time_micros=value).SerializeToString()[1:] or b"\x00"  # (0: unset)
+        expected += varint
+        assert wire._varint_size(value) == len(varint) and wire.encode_varint(value) == varint
     assert bytes(buf) == expected
 
 

@@ -57,7 +57,7 @@ def test_three_decimals_round_not_truncate(tmp_path: Path) -> None:
 
 
 def test_time_conversion_is_round_of_microseconds_times_1000() -> None:
-    # _ns spells out round-half-to-even (the compiled build runs it on C numbers): it must
+    # The compiled build's _ns spells out round-half-to-even (on C numbers): it must
     # give what round() gives for every float, ties, negatives and huge values included.
     import random
 
@@ -71,6 +71,10 @@ def test_time_conversion_is_round_of_microseconds_times_1000() -> None:
     for value in floats:
         assert _ns(value) == round(value * 1000), value
     assert _ns(True) == 1000 and _ns(123) == 123_000 and type(_ns(1.5)) is int
+    # Not numbers, or not finite: an error the reader turns into the event's (not a value).
+    for bad in ("12", None, [1], float("nan"), float("inf")):
+        with pytest.raises((TypeError, ValueError, OverflowError)):
+            _ns(bad)
 
 
 def test_rocm_trace_reads(corpus: Path) -> None:
