@@ -3,7 +3,6 @@ rank otherwise shows 0/1 for its whole conversion."""
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 import subprocess
@@ -48,13 +47,12 @@ def test_ranks_in_worker_processes_report_through_the_queue(corpus: Path, tmp_pa
 def test_benchmark_stages_read_every_mark(corpus: Path) -> None:
     """benchmarks/bench_convert.py --stages times a conversion by these marks: it must see
     each of its stages once, in order (a mark added or dropped would shift its columns)."""
-    bench = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_convert.py"
-    source = bench.read_text()
-    script = source.split('STAGES = r"""', 1)[1].split('"""', 1)[0]
-    names = ast.literal_eval(re.search(r"STAGE_NAMES = (\(.*?\))", source).group(1))
-    run = subprocess.run([sys.executable, "-c", script, str(corpus / "pytorch" / "rtx2080_linear")],
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from bench_convert import STAGE_NAMES, STAGES
+
+    run = subprocess.run([sys.executable, "-c", STAGES, str(corpus / "pytorch" / "rtx2080_linear")],
                          capture_output=True, text=True, check=True)
     stages = json.loads(run.stdout)
     assert [name for name, _ in stages][:2] == ["imports", "find"]
     assert [name for name, _ in stages][2:] == [PROGRESS_ET_READ, PROGRESS_KINETO_READ, LINKED, 1]
-    assert len(stages) == len(names) and all(seconds >= 0 for _, seconds in stages)
+    assert len(stages) == len(STAGE_NAMES) and all(seconds >= 0 for _, seconds in stages)
