@@ -127,6 +127,17 @@ class HostEt:
             node.keep_io(False, True)
         _drop_raws(self.nodes)
 
+    def recover_io(self, nodes: list[EtNode]) -> None:
+        """Give ``nodes`` their inputs / outputs as JSON text again after release_raw, by
+        reading the file a second time: needed only when linking finds top-level ops that the
+        ET's nesting hid (PytorchLinker._promote_escaped), so the usual conversion never
+        holds the file's bytes beside Kineto's events."""
+        again = read_host_et(self.path).by_id
+        for node in nodes:
+            source = again.get(node.id)
+            if source is not None and node.cached_text is None:
+                node.cached_text = (source.io_text(), source.io_text(outputs=True))
+
     def thread_roots(self) -> list[EtNode]:
         by_id = self.by_id
         return [by_id[i] for i in sorted(self.roots) if by_id[i].parent != i]
@@ -330,6 +341,7 @@ def read_host_et(path: Path) -> HostEt:
     for node in nodes:  # plain loops, not comprehensions: the compiled build types `node`
         by_id[node.id] = node
     get = by_id.get
+    rehung = _rehang_orphans(nodes, by_id)
     roots = set()
     for node in nodes:  # id order, so children lists come out in program order
         if node.parent == node.id or node.name.startswith(_THREAD_ROOT):
@@ -346,10 +358,44 @@ def read_host_et(path: Path) -> HostEt:
     pid = doc.pid
     et = HostEt(path, schema, pid if type(pid) is int else None, str(doc.time), nodes, by_id,
                 len(raw), roots=roots)
+    if rehung:
+        et.warnings.append(
+            f"{path}: {rehung} nodes name a parent the ET does not hold (the observer writes an "
+            "op when it ends, and an async collective's range ends on another thread, or "
+            "after the trace stopped): hung from their thread's root")
     if not schema.startswith(KNOWN_SCHEMAS):
         et.warnings.append(f"{path}: schema {schema!r} is not one of {', '.join(KNOWN_SCHEMAS)}; "
                            "read as the closest known layout")
     return et
+
+
+def _rehang_orphans(nodes: list[EtNode], by_id: dict) -> int:
+    """Nodes whose parent id names no node hang from the root of their thread (the process
+    root where the thread has none); returns how many. torch's observer writes a node when
+    its op ends: under DDP a gloo collective's range is opened by the calling thread and
+    closed by gloo's, and the ops the ET nested in it can outlive it in the file. Their
+    times come from Kineto, so nothing else of them is lost."""
+    orphans = []
+    for node in nodes:
+        parent = node.parent
+        if type(parent) is int and parent != node.id and parent not in by_id:
+            orphans.append(node)
+    if not orphans:
+        return 0
+    thread_roots: dict = {}
+    process_root = None
+    for node in nodes:
+        if node.parent == node.id:
+            process_root = node.id
+        elif node.name.startswith(_THREAD_ROOT):
+            thread_roots.setdefault(node.tid, node.id)
+    rehung = 0
+    for node in orphans:
+        root = thread_roots.get(node.tid, process_root)
+        if root is not None:  # else _check_tree refuses the file, naming the node
+            node.parent = root
+            rehung += 1
+    return rehung
 
 
 def _check_tree(nodes: list[EtNode], roots: set[int], get: Callable, path: Path) -> None:

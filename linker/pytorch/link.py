@@ -201,6 +201,7 @@ class PytorchLinker:
         if self.et is not None and self.kt is not None:
             self.match = match_et(self.et, self.kt.host, self.threads)
             self._choose_window()
+            self._promote_escaped()
         device_links = self._prelink_device() if self.kt is not None else []
         if self.et is not None:
             self._host_ops_from_et()
@@ -264,6 +265,40 @@ class PytorchLinker:
         if ops and outside / ops > WINDOW_MIN_OUTSIDE:
             self.window = (lo, hi)
             self.left_out_host = outside
+
+    def _promote_escaped(self) -> None:
+        """Top-level ops the ET nests under ops that had ended before they began.
+
+        The ET observer nests each op under the op open on its thread's stack; an async
+        collective (a ``gloo:*`` range opened by the caller and closed on gloo's thread, as
+        DDP's gradient all-reduces and ``all_reduce(async_op=True)`` are) leaves that stack
+        wrong, and the ops after it come out nested under earlier ones (a backward op inside
+        the backward op before it). Kineto's intervals say what ran inside what: an ET
+        descendant whose Kineto range is not inside its top-level op's (same thread, start
+        within the op) ran after it, and is a top-level op itself, placed after the op that
+        held it (ET ids follow program order). Without this they and their time were lost."""
+        by_et = self.match.by_et
+        if not by_et:
+            return
+        tops: list[EtNode] = []
+        promoted: list[EtNode] = []
+        for top in self.tops:
+            tops.append(top)
+            ev = by_et.get(top.id)
+            if ev is not None and top.children:
+                found: list[EtNode] = []
+                _escaped(top.children, ev, by_et, found)
+                tops.extend(found)
+                promoted.extend(found)
+        if not promoted:
+            return
+        self.tops = tops
+        self.et.recover_io(promoted)
+        self.trace.stats["et_nesting_corrected"] = len(promoted)
+        self.trace.warnings.append(
+            f"{self.et.path}: {len(promoted)} ops are nested in the ET under ops that had "
+            "ended before they began (Kineto's times; an async collective leaves the ET "
+            "observer's nesting wrong): converted as the top-level ops they were")
 
     def _prelink_device(self) -> list[tuple[KEvent, KEvent | None, KEvent | None]]:
         """Device event -> its launching runtime call and the innermost host range around it."""
@@ -781,9 +816,12 @@ def select_et(et: HostEt) -> tuple[list[EtNode], list[EtNode]]:
             if node.name == PG_INIT:
                 pg_inits.append(node)
             elif node.name.startswith(GLOO_RANGE):
-                continue  # the collective's execution: its comm op's time (_gloo_spans)
-            elif (node.scope == USER_SCOPE and node.children
-                  and not node.name.startswith(OPAQUE_ANNOTATIONS)):
+                # The collective's execution (its comm op's time, _gloo_spans), which gloo runs
+                # on a thread of its own. The ET observer opens the range on the calling
+                # thread and closes it on gloo's, so the caller's next ops come out nested in
+                # it: they are the caller's own ops, read as if the range were not there.
+                stack.extend(reversed(node.children))
+            elif _is_container(node):
                 stack.extend(reversed(node.children))
             else:
                 tops.append(node)
@@ -798,6 +836,36 @@ def select_et(et: HostEt) -> tuple[list[EtNode], list[EtNode]]:
             decoded.append(n)
     et.release_raw(tops + c10d, decoded + c10d)
     return tops, pg_inits
+
+
+def _is_container(node: EtNode) -> bool:
+    """A record_function annotation with children, read through (module docstring)."""
+    return (node.scope == USER_SCOPE and bool(node.children)
+            and not node.name.startswith(OPAQUE_ANNOTATIONS))
+
+
+def _escaped(children: list[EtNode], outer: KEvent, by_et: dict, found: list[EtNode]) -> None:
+    """ET descendants (in program order) whose Kineto range lies outside ``outer``'s, the
+    range of the op the ET nests them in (see PytorchLinker._promote_escaped); an escaped
+    op is the outer range for its own descendants. An escaped annotation (``Optimizer.step``
+    nested in a backward op) is a container again: what it holds follows the top-level rule
+    of select_et (``outer`` None below it). gloo ranges are looked through."""
+    stack = [(child, outer) for child in reversed(children)]
+    while stack:
+        node, ref = stack.pop()
+        if node.cat is not None or node.name == PG_INIT:
+            continue
+        ev = by_et.get(node.id)
+        if not node.name.startswith(GLOO_RANGE) and (ref is None or (ev is not None and not (
+                ev.pid == ref.pid and ev.tid == ref.tid
+                and ref.start <= ev.start <= ref.start + ref.dur))):
+            if _is_container(node):
+                ref = None
+            else:
+                found.append(node)
+                ref = ev
+        if node.children:
+            stack.extend([(child, ref) for child in reversed(node.children)])
 
 
 def _et_event(node: EtNode) -> KEvent:

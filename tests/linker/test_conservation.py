@@ -1,0 +1,75 @@
+"""Every host op, its time and every collective of the recording are in the ET: counted in the
+raw Kineto trace and in our ET read back with the reference reader (tests/conservation.py),
+on the programs users run (torch DDP and async all-reduce hooks on gloo, whose collectives
+overlap backward) and on every PyTorch trace of the corpus."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from chakra_hooks.convert import convert_paths
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from conservation import conservation  # noqa: E402 (tests/conservation.py)
+
+REPO = Path(__file__).resolve().parents[2]
+MODES = ("ddp", "no_sync", "static_graph", "hooks")
+CORPUS_RANKS = {  # inputs -> {rank: its Kineto file}
+    "pytorch/a100_resnet_nccl": {0: "pytorch/a100_resnet_nccl/kineto.json.gz"},
+    "pytorch/a100_simple_add": {0: "pytorch/a100_simple_add/kineto.json.gz"},
+    "pytorch/rtx2080_linear": {0: "pytorch/rtx2080_linear/kineto.json.gz"},
+    "pytorch/v100_dlrm_8rank": {r: f"pytorch/v100_dlrm_8rank/worker{r}_*" for r in range(8)},
+    "kineto_only/sampled_rank-0.json.gz": {0: "kineto_only/sampled_rank-0.json.gz"},
+    "kineto_only/b200_eager_rank0.json.gz": {0: "kineto_only/b200_eager_rank0.json.gz"},
+    "vllm/mi300x_decode_full/graph_execution.json.gz":
+        {0: "vllm/mi300x_decode_full/graph_execution.json.gz"},
+}
+
+
+def record_ddp(root: Path, mode: str, extra_mb: float = 4) -> Path:
+    """examples/ddp_overlap.py recorded in ``mode``; returns the capture folder."""
+    capture = root / f"{mode}{extra_mb:g}"
+    subprocess.run([sys.executable, str(REPO / "examples" / "ddp_overlap.py"), str(capture),
+                    "--mode", mode, "--extra-mb", str(extra_mb)], capture_output=True,
+                   timeout=300)
+    # Files are judged, not the exit status; the capture is complete by the exit.
+    assert (capture / "manifest.json").exists(), f"no capture for {mode}"
+    return capture
+
+
+def _check(kineto_by_rank: dict[int, Path], out: Path, read) -> list[str]:
+    problems = []
+    for rank, kineto in kineto_by_rank.items():
+        _, nodes = read(out / f"chakra.{rank}.et")
+        problems += [f"rank {rank}: {p}" for p in conservation(kineto, nodes).problems()]
+    return problems
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_ddp_keeps_every_op_and_collective(mode, tmp_path, reference_reader):
+    """DDP's bucket all-reduces start inside backward and end on gloo's threads; the ET
+    observer then nests the backward ops that follow under ops that had ended (about 100-300
+    per rank). Before: 3-13 of 24 AddmmBackward0 per rank kept, 41-61 % of the time, up to 16
+    of 27 all-reduces lost, with "linked 100 %"."""
+    capture = record_ddp(tmp_path, mode)
+    out = tmp_path / "et"
+    warnings: list[str] = []
+    convert_paths([capture], out, progress=False, warn=warnings.append)
+    kineto = {r: capture / f"kineto.rank{r}.pt.trace.json" for r in (0, 1)}
+    assert _check(kineto, out, reference_reader) == []
+    # The correction is said, not silent.
+    assert any("nested in the ET under ops that had ended" in w for w in warnings), warnings
+
+
+def test_corpus_keeps_every_op_and_collective(corpus, tmp_path, reference_reader):
+    problems = []
+    for inputs, ranks in CORPUS_RANKS.items():
+        out = tmp_path / inputs.replace("/", "_")
+        convert_paths([corpus / inputs], out, progress=False, warn=lambda _: None)
+        kineto = {r: next(iter(sorted(corpus.glob(pattern)))) for r, pattern in ranks.items()}
+        problems += [f"{inputs}: {p}" for p in _check(kineto, out, reference_reader)]
+    assert problems == []
