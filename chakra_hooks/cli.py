@@ -157,7 +157,8 @@ def _table(result) -> str:
     prefix = result.ranks[0].files[0].split(".")[0] if result.ranks else "chakra"
     network = Path(str(out), "astra_network.yml")
     astra = (f"--workload-configuration {out}/{prefix} --network-configuration {network} "
-             f"--system-configuration {network.with_name('astra_system.json')}"
+             f"--system-configuration {network.with_name('astra_system.json')} "
+             f"--remote-memory-configuration {network.with_name('astra_memory.json')}"
              if network.exists() else
              f"convert ... --target astra-sim, then --workload-configuration {out}/{prefix}")
     lines.append(f"next: chakra-hooks inspect {out} | chakra-hooks stats {out} | chakra-hooks "

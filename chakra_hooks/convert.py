@@ -242,7 +242,8 @@ def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike
         groups = rules(options.target).finish_run(staging, results, groups, options, note,
                                                   runner)
         comm_group = None
-        if groups:
+        # ASTRA-sim's command line names the file whether or not the run has groups.
+        if groups or options.target == "astra-sim":
             data = orjson.dumps({str(k): v for k, v in groups.items()}, option=orjson.OPT_INDENT_2)
             if remote_out:
                 remote_out.write(COMM_GROUP_FILE, data)

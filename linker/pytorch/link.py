@@ -192,6 +192,7 @@ class PytorchLinker:
         self.lanes: dict[tuple, str] = {}  # (device, stream, pid, tid) -> lane name
         self.runtime_by_corr: dict[object, KEvent] = {}
         self.kernel_names: dict[str, str | None] = {}  # kernel name -> kernel_collective()
+        self.gloo_runs: list[tuple[Op, KEvent]] = []  # host-side comm op, its gloo range
 
     # ----------------------------------------------------------------------------- steps
     def build(self) -> LinkedTrace:
@@ -217,6 +218,7 @@ class PytorchLinker:
         elif self.kt is not None:
             pytorch_edges.add_kineto_autograd_edges(self)
         split_host_ops(self)
+        self._gloo_execution()
         self._finish()
         return self.trace
 
@@ -492,13 +494,22 @@ class PytorchLinker:
 
     def _gloo_spans(self) -> None:
         """A host-side collective lasts until its ``gloo:<name>`` range ended: the c10d call
-        only queues the work (~80 us) and gloo's thread runs it, waiting for the peers. Each
-        such comm op, in start order, takes the first gloo range that starts within it or
-        after it (and before the next one's start)."""
+        only queues the work (~80 us) and one of gloo's threads runs it, waiting for the
+        peers. The range is created inside the call, so it has the first record function id
+        after the call's: each range goes to the latest call created before it. Traces
+        without those ids: each comm op, in start order, takes the first gloo range that
+        starts within it or after it (and before the next one's start), which holds while
+        gloo runs one collective at a time (DDP's buckets run on several threads at once)."""
         if self.kt is None:
             return
         ranges = sorted((ev for ev in self.kt.host if ev.name.startswith(GLOO_RANGE)), key=_START)
         if not ranges:
+            return
+        paired = self._gloo_by_record_function(ranges)
+        if paired is not None:
+            for op, ev in paired:
+                _extend_to(op, ev)
+                self.gloo_runs.append((op, ev))
             return
         comms = sorted((op for op in self.ops if op.attrs.get("host_side_collective")
                         and op.start_ps is not None), key=_START_PS)
@@ -512,10 +523,59 @@ class PytorchLinker:
             if k == len(ranges) or (limit is not None and starts[k] >= limit):
                 continue
             used.add(k)
-            end = (ranges[k].start + ranges[k].dur) * PS_PER_NS
-            if end > op.start_ps + op.dur_ps:
-                op.attrs["queued_duration_ps"] = op.dur_ps  # the c10d call's own time
-                op.dur_ps = end - op.start_ps
+            _extend_to(op, ranges[k])
+            self.gloo_runs.append((op, ranges[k]))
+
+    def _gloo_execution(self) -> None:
+        """A host-side collective's time is two waits and its run: the call queues the work,
+        the work waits for a thread of gloo's to be free (the collective before it on that
+        thread), then runs (its peers' arrival included). After the calling ops are cut at the
+        calls (split_host_ops, which needs the call's time), each comm op becomes its gloo
+        range, depending on the call (as before) and on the collective that ran before it on
+        the same gloo thread: what it queued behind is an edge, so that a what-if that
+        shortens one collective starts the ones queued behind it earlier. What neither
+        explains is slack on the calling thread (linker/enrich/gaps.py)."""
+        if not self.gloo_runs:
+            return
+        by_thread: dict[tuple, list[tuple[int, Op]]] = defaultdict(list)
+        for op, ev in self.gloo_runs:
+            start = ev.start * PS_PER_NS
+            if start > op.start_ps:
+                op.attrs["issued_ns"] = op.start_ps // 1000  # when the call queued it
+                op.dur_ps = op.start_ps + op.dur_ps - start
+                op.start_ps = start
+            by_thread[(ev.pid, ev.tid)].append((start, op))
+        edges = self.edges
+        for runs in by_thread.values():
+            runs.sort(key=_FIRST)
+            for (_, before), (_, after) in zip(runs, runs[1:]):
+                edges.append(Edge(before.uid, after.uid, EdgeKind.SYNC))
+
+    def _gloo_by_record_function(self, ranges: list[KEvent]) -> list[tuple[Op, KEvent]] | None:
+        """(comm op, its gloo range) paired by record function ids (see _gloo_spans), or
+        None where the trace lacks them."""
+        calls = []
+        ops = self.ops
+        for ev in self.kt.host:
+            rf = ev.args.record_function_id
+            if ev.op >= 0 and type(rf) is int and rf > 0 and \
+                    ops[ev.op].attrs.get("host_side_collective"):
+                calls.append((rf, ev.op))
+        if not calls:
+            return None
+        for ev in ranges:
+            rf = ev.args.record_function_id
+            if type(rf) is not int or rf <= 0:
+                return None
+        calls.sort()
+        call_ids = [rf for rf, _ in calls]
+        paired, used = [], set()
+        for ev in sorted(ranges, key=_RECORD_FUNCTION_ID):
+            i = bisect_left(call_ids, ev.args.record_function_id) - 1
+            if i >= 0 and i not in used:
+                used.add(i)
+                paired.append((ops[calls[i][1]], ev))
+        return paired
 
     def _metadata_op(self, name: str, config: object, lane: str, et_id: int | None) -> None:
         text = config if isinstance(config, str) else orjson.dumps(config).decode()
@@ -799,6 +859,22 @@ def _mark_unknown_sizes(ops: list[Op]) -> None:
 
 _START = attrgetter("start")
 _START_PS = attrgetter("start_ps")
+
+
+def _FIRST(pair: tuple) -> object:  # noqa: N802 (a sort key)
+    return pair[0]
+
+
+def _RECORD_FUNCTION_ID(ev: KEvent) -> int:  # noqa: N802 (a sort key)
+    return ev.args.record_function_id
+
+
+def _extend_to(op: Op, gloo_range: KEvent) -> None:
+    """A host-side comm op lasts from its call to the end of its gloo range."""
+    end = (gloo_range.start + gloo_range.dur) * PS_PER_NS
+    if op.start_ps is not None and end > op.start_ps + op.dur_ps:
+        op.attrs["queued_duration_ps"] = op.dur_ps  # the c10d call's own time
+        op.dur_ps = end - op.start_ps
 
 
 def select_et(et: HostEt) -> tuple[list[EtNode], list[EtNode]]:

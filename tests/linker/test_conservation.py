@@ -65,6 +65,21 @@ def test_ddp_keeps_every_op_and_collective(mode, tmp_path, reference_reader):
     assert any("nested in the ET under ops that had ended" in w for w in warnings), warnings
 
 
+def test_sendrecv_ring_keeps_every_op_and_collective(tmp_path, reference_reader):
+    """Four gloo ranks passing 4 MB round a ring with isend / irecv and wait."""
+    capture = tmp_path / "ring"
+    subprocess.run([sys.executable, str(REPO / "examples" / "sendrecv_ring.py"), str(capture)],
+                   capture_output=True, timeout=300)
+    assert (capture / "manifest.json").exists(), "no capture for the ring"
+    out = tmp_path / "et"
+    convert_paths([capture], out, progress=False, warn=lambda _: None)
+    kineto = {r: capture / f"kineto.rank{r}.pt.trace.json" for r in range(4)}
+    assert _check(kineto, out, reference_reader) == []
+    for rank in range(4):  # a send and a receive per recorded step, each with its peer
+        _, nodes = reference_reader(out / f"chakra.{rank}.et")
+        assert sorted(n.type for n in nodes if n.type in (5, 6)) == [5, 5, 5, 6, 6, 6]
+
+
 def test_corpus_keeps_every_op_and_collective(corpus, tmp_path, reference_reader):
     problems = []
     for inputs, ranks in CORPUS_RANKS.items():

@@ -31,7 +31,7 @@ from chakra_hooks.linker.model import CommType, LinkedTrace, Op, OpKind
 from . import network
 
 NEEDS_RUN_COLLECTIVES = True
-FILES = (network.NETWORK_FILE, network.SYSTEM_FILE)
+FILES = (network.NETWORK_FILE, network.SYSTEM_FILE, network.MEMORY_FILE)
 REFUSED_NODE_TYPES = frozenset(NODE_TYPE_NAMES.index(n) for n in
                                ("INVALID_NODE", "METADATA_NODE", "MEM_LOAD_NODE", "MEM_STORE_NODE"))
 # Simulated, or (BROADCAST) replayed from its duration; any other type aborts ASTRA-sim.
@@ -111,8 +111,9 @@ def finish_run(staging: str, results: list, groups: dict[int, list[int]], option
 
     nodes = {r.rank: list(etio.decode_bodies([body for _, body in r.collectives])) for r in results}
     new_groups = run_rules.harmonize(nodes, groups, note)
+    transfer = run_rules.transfer_times(nodes, new_groups)
     run_rules.align_windows(nodes, note)
-    _write_network(staging, nodes, new_groups, len(results))
+    _write_network(staging, nodes, new_groups, len(results), transfer)
     tasks = []
     for result in results:
         bodies = [(index, node.SerializeToString())
@@ -126,30 +127,37 @@ def finish_run(staging: str, results: list, groups: dict[int, list[int]], option
 
 
 def _write_network(staging: str, nodes: dict[int, list], groups: dict[int, list[int]],
-                   ranks: int) -> None:
+                   ranks: int, transfer: dict[tuple[int, int], float]) -> None:
     """ASTRA-sim's network fitted to the run's measured collectives, and the system layer the
-    fit assumes (network.py), beside the ETs."""
+    fit assumes (network.py), beside the ETs. Each collective counts for its transfer, the
+    time after its last member arrived (run_rules.transfer_times): ASTRA-sim makes every
+    member wait for the others itself, and a network fitted to the waits too would count
+    them twice (a DDP run simulated at 1.44x its span)."""
     from chakra_hooks.converter.attrs import attr_dict, value_of
     from chakra_hooks.converter.schema import COMM_COLL
     from chakra_hooks.converter.stats import node_times
 
     npus = max(ranks, 2)  # the analytical backend needs two NPUs (astra-run replicates one)
     samples = []
-    for rank_nodes in nodes.values():
+    for rank, rank_nodes in nodes.items():
         for node in rank_nodes:
             if node.type != COMM_COLL:
                 continue
             attrs = attr_dict(node)
             group = str(value_of(attrs["pg_name"])) if "pg_name" in attrs else ""
             members = groups.get(int(group), ()) if group.isdigit() and group != "0" else ()
+            took = transfer.get((rank, node.id))
+            if took is None:
+                took = node_times(node, attrs)[1]
             samples.append(network.Sample(
                 int(value_of(attrs["comm_type"])), int(value_of(attrs["comm_size"])),
-                len(members) or npus, node_times(node, attrs)[1] * 1000))
+                len(members) or npus, took * 1000))
     fitted = network.fit(samples)
     with storage.local_staging(staging) as where:
         Path(where, network.NETWORK_FILE).write_text(fitted.yaml(npus))
         Path(where, network.SYSTEM_FILE).write_bytes(
             orjson.dumps(network.SYSTEM, option=orjson.OPT_INDENT_2))
+        Path(where, network.MEMORY_FILE).write_bytes(orjson.dumps(network.MEMORY))
 
 
 def rewrite_collectives(path: str, json_path: str | None, bodies: list[tuple[int, bytes]],

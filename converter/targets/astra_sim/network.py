@@ -53,6 +53,9 @@ SYSTEM = {
     "peak-perf": 900,
 }
 NETWORK_FILE, SYSTEM_FILE = "astra_network.yml", "astra_system.json"
+# The remote memory ASTRA-sim's binary requires a file for (none: every run here keeps its
+# tensors local).
+MEMORY_FILE, MEMORY = "astra_memory.json", {"memory-type": "NO_MEMORY_EXPANSION"}
 FAST_GBPS = 1e6  # a network that is never the bottleneck, where nothing is left to fit
 DEFAULT_GBPS, DEFAULT_NS = 50.0, 500.0  # astra-run's defaults, where nothing was measured
 

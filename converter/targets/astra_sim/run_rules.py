@@ -131,6 +131,8 @@ def _chain(sequence: list[Collective]) -> None:
     for before, after in zip(sequence, sequence[1:]):
         node = after.node
         if (before.node.start_time_micros < node.start_time_micros
+                and before.node.start_time_micros + before.node.duration_micros
+                <= node.start_time_micros + 1
                 and before.node.id not in node.ctrl_deps):
             node.ctrl_deps.append(before.node.id)
 
@@ -287,6 +289,32 @@ def _equalize(column: Sequence[Collective], warn: Callable[[str], None]) -> None
                     attr.int64_val = largest
             coll.node.attr.append(make_attr("comm_size_local", coll.size))
             coll.size = largest
+
+
+def transfer_times(run: dict[int, Sequence[Node]], groups: dict[int, list[int]]
+                   ) -> dict[tuple[int, int], float]:
+    """(rank, node id) -> the part of a collective's measured time (us) after its last member
+    arrived: a collective cannot finish before every member started it, so a member's time
+    before that is waiting for a peer, not the network. Collectives pair up across the
+    members of their group in order (as harmonize leaves them); a collective whose group has
+    no other member here, or whose members' counts differ, keeps its whole time. The ranks'
+    clocks are taken to agree, as align_windows takes them."""
+    from chakra_hooks.converter.stats import node_times
+
+    out: dict[tuple[int, int], float] = {}
+    by_group = _sequences(run, {str(k): v for k, v in groups.items()})
+    for per_rank in by_group.values():
+        if len(per_rank) < 2 or len({len(seq) for seq in per_rank.values()}) > 1:
+            continue
+        ranks = list(per_rank)
+        for column in zip(*per_rank.values()):
+            times = [node_times(c.node, attr_dict(c.node)) for c in column]
+            if any(start is None for start, _ in times):
+                continue
+            last = max(start for start, _ in times)
+            for rank, coll, (start, dur) in zip(ranks, column, times):
+                out[(rank, coll.node.id)] = max(start + dur - last, 0.0)
+    return out
 
 
 def align_windows(run: dict[int, list[Node]], warn: Callable[[str], None]) -> None:
