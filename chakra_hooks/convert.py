@@ -239,11 +239,10 @@ def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike
         for result in results:
             for message in result.warnings:
                 note(f"rank {result.rank}: {message}")
-        groups = rules(options.target).finish_run(staging, results, groups, options, note,
-                                                  runner)
+        target = rules(options.target)
+        groups = target.finish_run(staging, results, groups, options, note, runner)
         comm_group = None
-        # ASTRA-sim's command line names the file whether or not the run has groups.
-        if groups or options.target == "astra-sim":
+        if groups or target.COMM_GROUP_ALWAYS:
             data = orjson.dumps({str(k): v for k, v in groups.items()}, option=orjson.OPT_INDENT_2)
             if remote_out:
                 remote_out.write(COMM_GROUP_FILE, data)

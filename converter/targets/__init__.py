@@ -11,6 +11,7 @@ module here, with the same names:
   after every rank's ET is staged, the rules across ranks and the files beside the ETs
   (returns the process groups to write in comm_group.json);
 - ``FILES``: the files ``finish_run`` writes beside the ETs (``--overwrite`` replaces them);
+- ``COMM_GROUP_ALWAYS``: comm_group.json is written even when the run has no process group;
 - ``REFUSED_NODE_TYPES``, ``COMM_TYPES`` (None: any), ``COMM_SIZE_REQUIRED``: what
   ``validate --target`` checks beyond the Chakra schema.
 

@@ -11,6 +11,7 @@ from chakra_hooks.linker.model import LinkedTrace, Op
 
 NEEDS_RUN_COLLECTIVES = False
 FILES: tuple[str, ...] = ()
+COMM_GROUP_ALWAYS = False
 REFUSED_NODE_TYPES: frozenset[int] = frozenset()
 COMM_TYPES: frozenset[int] | None = None
 COMM_SIZE_REQUIRED = False

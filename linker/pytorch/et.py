@@ -15,6 +15,7 @@ given at op entry, so id order is program (entry) order on each thread.
 
 from __future__ import annotations
 
+from bisect import insort
 from typing import Callable, Union
 from operator import attrgetter
 from sys import intern
@@ -341,8 +342,8 @@ def read_host_et(path: Path) -> HostEt:
     for node in nodes:  # plain loops, not comprehensions: the compiled build types `node`
         by_id[node.id] = node
     get = by_id.get
-    rehung = _rehang_orphans(nodes, by_id)
     roots = set()
+    orphans = []
     for node in nodes:  # id order, so children lists come out in program order
         if node.parent == node.id or node.name.startswith(_THREAD_ROOT):
             roots.add(node.id)  # the process root is its own parent
@@ -353,6 +354,9 @@ def read_host_et(path: Path) -> HostEt:
                 children.append(node)
             else:  # leaves (most nodes) share the empty tuple: no list each
                 parent.children = [node]
+        elif parent is None and type(node.parent) is int:
+            orphans.append(node)
+    rehung = _rehang_orphans(orphans, roots, by_id) if orphans else 0
     _check_tree(nodes, roots, get, path)
     schema = str(doc.schema)
     pid = doc.pid
@@ -369,39 +373,39 @@ def read_host_et(path: Path) -> HostEt:
     return et
 
 
-def _rehang_orphans(nodes: list[EtNode], by_id: dict) -> int:
+def _rehang_orphans(orphans: list[EtNode], roots: set[int], by_id: dict) -> int:
     """Nodes whose parent id names no node hang from the root of their thread (the process
-    root where the thread has none); returns how many. torch's observer writes a node when
-    its op ends: under DDP a gloo collective's range is opened by the calling thread and
-    closed by gloo's, and the ops the ET nested in it can outlive it in the file. Their
-    times come from Kineto, so nothing else of them is lost."""
-    orphans = []
-    for node in nodes:
-        parent = node.parent
-        if type(parent) is int and parent != node.id and parent not in by_id:
-            orphans.append(node)
-    if not orphans:
-        return 0
+    root where the thread has none), in id order among its children; returns how many.
+    torch's observer writes a node when its op ends: under DDP a gloo collective's range is
+    opened by the calling thread and closed by gloo's, and the ops the ET nested in it can
+    outlive it in the file. Their times come from Kineto, so nothing else of them is lost."""
     thread_roots: dict = {}
     process_root = None
-    for node in nodes:
-        if node.parent == node.id:
-            process_root = node.id
-        elif node.name.startswith(_THREAD_ROOT):
-            thread_roots.setdefault(node.tid, node.id)
+    for root_id in sorted(roots):
+        root = by_id[root_id]
+        if root.parent == root_id:
+            process_root = root
+        else:
+            thread_roots.setdefault(root.tid, root)
     rehung = 0
     for node in orphans:
         root = thread_roots.get(node.tid, process_root)
-        if root is not None:  # else _check_tree refuses the file, naming the node
-            node.parent = root
-            rehung += 1
+        if root is None:
+            continue  # _check_tree refuses the file, naming the node
+        node.parent = root.id
+        if root.children:
+            insort(root.children, node, key=_ID)
+        else:
+            root.children = [node]
+        rehung += 1
     return rehung
 
 
 def _check_tree(nodes: list[EtNode], roots: set[int], get: Callable, path: Path) -> None:
-    """Every node must hang from a root: a duplicate id, a parent that names no node, a node
-    that is its own parent (only the process root is) or a loop of parents would drop ops
-    silently (the 19.6 s op of a100_simple_add, with the span). Refused in one line."""
+    """Every node must hang from a root: a duplicate id, a node that is its own parent (only
+    the process root is), a loop of parents, or a parent that names no node in an ET without
+    a root to hang it from (_rehang_orphans) would drop ops silently (the 19.6 s op of
+    a100_simple_add, with the span). Refused in one line."""
     previous = None
     for node in nodes:  # sorted by id
         parent, tid = node.parent, node.tid

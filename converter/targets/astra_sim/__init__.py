@@ -32,6 +32,8 @@ from . import network
 
 NEEDS_RUN_COLLECTIVES = True
 FILES = (network.NETWORK_FILE, network.SYSTEM_FILE, network.MEMORY_FILE)
+# ASTRA-sim's command line names comm_group.json whether or not the run has groups.
+COMM_GROUP_ALWAYS = True
 REFUSED_NODE_TYPES = frozenset(NODE_TYPE_NAMES.index(n) for n in
                                ("INVALID_NODE", "METADATA_NODE", "MEM_LOAD_NODE", "MEM_STORE_NODE"))
 # Simulated, or (BROADCAST) replayed from its duration; any other type aborts ASTRA-sim.
