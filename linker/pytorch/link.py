@@ -939,6 +939,8 @@ def _escaped(children: list[EtNode], outer: KEvent, by_et: dict, found: list[EtN
                 ref = None
             else:
                 found.append(node)
+                if ev is None:
+                    continue  # no times to tell its descendants' place by: they stay in it
                 ref = ev
         if node.children:
             stack.extend([(child, ref) for child in reversed(node.children)])

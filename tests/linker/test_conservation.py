@@ -88,3 +88,31 @@ def test_corpus_keeps_every_op_and_collective(corpus, tmp_path, reference_reader
         kineto = {r: next(iter(sorted(corpus.glob(pattern)))) for r, pattern in ranks.items()}
         problems += [f"{inputs}: {p}" for p in _check(kineto, out, reference_reader)]
     assert problems == []
+
+
+def test_an_escaped_annotation_promotes_its_ops_but_not_what_they_hold():
+    """Under an annotation that escaped its op (``Optimizer.step`` nested by the ET in the
+    backward op before it), each op is top-level, timed or not; what an op without Kineto
+    times holds stays inside it (nothing to place it by), and a timed op's children inside
+    its range stay inside it too."""
+    from chakra_hooks.linker.pytorch.et import USER_SCOPE
+    from chakra_hooks.linker.pytorch.et_nodes import EtNode
+    from chakra_hooks.linker.pytorch.kineto_events import KEvent
+    from chakra_hooks.linker.pytorch.link import _escaped
+
+    def node(i, name, *children, scope=0):
+        n = EtNode(id=i, name=name, scope=scope)
+        n.children = list(children)
+        return n
+
+    untimed_child, timed_child = node(5, "aten::empty"), node(7, "aten::mul")
+    untimed, timed = node(4, "aten::zeros", untimed_child), node(6, "aten::add_", timed_child)
+    step = node(3, "Optimizer.step#SGD.step", untimed, timed, scope=USER_SCOPE)
+    backward = KEvent("autograd::engine::evaluate_function: AddmmBackward0", "cpu_op", pid=1,
+                      tid=1, start=0, dur=100)
+    by_et = {3: KEvent(step.name, "user_annotation", pid=1, tid=1, start=200, dur=100),
+             6: KEvent("aten::add_", "cpu_op", pid=1, tid=1, start=250, dur=20),
+             7: KEvent("aten::mul", "cpu_op", pid=1, tid=1, start=255, dur=5)}
+    found: list = []
+    _escaped([step], backward, by_et, found)
+    assert [n.id for n in found] == [4, 6]
