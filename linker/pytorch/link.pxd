@@ -27,6 +27,9 @@ cdef class PytorchLinker:
     @cython.locals(ev=KEvent, ops=Py_ssize_t, outside=Py_ssize_t)
     cpdef object _choose_window(self)
 
+    @cython.locals(top=EtNode, ev=KEvent, tops=list, promoted=list, found=list, by_et=dict)
+    cpdef object _promote_escaped(self)
+
     @cython.locals(ev=KEvent, runtime=KEvent, inner=KEvent, anc=KEvent, out=list,
                    runtime_by_corr=dict, th=KThread)
     cpdef list _prelink_device(self)
@@ -54,3 +57,14 @@ cdef class PytorchLinker:
 
     @cython.locals(op=Op)
     cpdef Op _add(self, object name, object kind, object on_device, object lane, KEvent ev)
+
+
+cpdef bint _is_container(EtNode node)
+
+
+@cython.locals(node=EtNode, ev=KEvent)
+cpdef bint _may_escape(EtNode top, KEvent outer, dict by_et)
+
+
+@cython.locals(node=EtNode, ev=KEvent, ref=KEvent, stack=list)
+cpdef object _escaped(list children, KEvent outer, dict by_et, list found)

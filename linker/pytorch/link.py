@@ -287,7 +287,7 @@ class PytorchLinker:
         for top in self.tops:
             tops.append(top)
             ev = by_et.get(top.id)
-            if ev is not None and top.children:
+            if ev is not None and top.children and _may_escape(top, ev, by_et):
                 found: list[EtNode] = []
                 _escaped(top.children, ev, by_et, found)
                 tops.extend(found)
@@ -920,6 +920,20 @@ def _is_container(node: EtNode) -> bool:
             and not node.name.startswith(OPAQUE_ANNOTATIONS))
 
 
+def _may_escape(top: EtNode, outer: KEvent, by_et: dict) -> bool:
+    """Whether any ET descendant of ``top`` may lie outside its Kineto range ``outer``: the
+    ET numbers a thread's ops in the order they began, and children lists are in id order,
+    so the last node down the last children began last; when it began inside ``outer`` on
+    its thread, so did every other descendant, and the subtree needs no walk (on the ResNet
+    corpus rank, every one of its 14k nodes would be visited otherwise)."""
+    node = top
+    while node.children:
+        node = node.children[-1]
+    ev = by_et.get(node.id)
+    return ev is None or not (ev.pid == outer.pid and ev.tid == outer.tid
+                              and ev.start <= outer.start + outer.dur)
+
+
 def _escaped(children: list[EtNode], outer: KEvent, by_et: dict, found: list[EtNode]) -> None:
     """ET descendants (in program order) whose Kineto range lies outside ``outer``'s, the
     range of the op the ET nests them in (see PytorchLinker._promote_escaped); an escaped
@@ -927,14 +941,17 @@ def _escaped(children: list[EtNode], outer: KEvent, by_et: dict, found: list[EtN
     nested in a backward op) is a container again: what it holds follows the top-level rule
     of select_et (``outer`` None below it). gloo ranges are looked through."""
     stack = [(child, outer) for child in reversed(children)]
-    while stack:
+    while stack:  # every node of the ET below a top-level op: names are read only on escape
         node, ref = stack.pop()
-        if node.cat is not None or node.name == PG_INIT:
+        if node.cat is not None:
             continue
         ev = by_et.get(node.id)
-        if not node.name.startswith(GLOO_RANGE) and (ref is None or (ev is not None and not (
+        if (ref is None or (ev is not None and not (
                 ev.pid == ref.pid and ev.tid == ref.tid
-                and ref.start <= ev.start <= ref.start + ref.dur))):
+                and ref.start <= ev.start <= ref.start + ref.dur))) \
+                and not node.name.startswith(GLOO_RANGE):
+            if node.name == PG_INIT:
+                continue
             if _is_container(node):
                 ref = None
             else:
