@@ -130,7 +130,7 @@ def build_graph(trace: LinkedTrace, target: str | Target = Target.FULL, keep_mem
     encoder, others, collective_tally = NodeEncoder(), Tally(), Tally()
     collectives = []
     for index, op in enumerate(ops):
-        if op.kind == _COLLECTIVE or "window_anchor" in op.attrs:
+        if op.kind in _COMM_KINDS or "window_anchor" in op.attrs:
             collectives.append(index)
             tally = collective_tally
         else:

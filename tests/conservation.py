@@ -96,7 +96,8 @@ def kineto_inventory(path: Path, window_ns: tuple[int, int] | None = None) -> In
     return inv
 
 
-def _attrs(node) -> dict:
+def node_attrs(node) -> dict:
+    """A node's attributes by name, as their values (the reference reader's Node)."""
     out = {}
     for a in node.attr:
         kind = a.WhichOneof("value")
@@ -110,7 +111,7 @@ def et_inventory(nodes: list) -> tuple[Inventory, tuple[int, int] | None]:
     inv = Inventory()
     lanes: dict[str, list[tuple[int, int, str, int]]] = {}
     for node in nodes:
-        attrs = _attrs(node)
+        attrs = node_attrs(node)
         if node.type in COMM_TYPES or "comm_unresolved" in attrs:
             inv.collectives += 1
             continue

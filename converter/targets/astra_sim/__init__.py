@@ -25,7 +25,7 @@ import orjson
 
 from chakra_hooks import storage
 from chakra_hooks.converter.schema import COMM_TYPE_NAMES, NODE_TYPE_NAMES
-from chakra_hooks.linker.enrich.gaps import add_gaps, add_window_anchor
+from chakra_hooks.linker.enrich.gaps import GAP_NAME, add_gaps, add_window_anchor
 from chakra_hooks.linker.model import CommType, LinkedTrace, Op, OpKind
 
 from . import network
@@ -58,6 +58,7 @@ def prepare(trace: LinkedTrace, options) -> None:
 def retarget(ops: list[Op], keep_mem: bool) -> list[Op]:
     """The ops to write (module docstring)."""
     dur_of = replay_dur(ops, keep_mem)
+    host_as_device = not _has_device_compute(ops)
     out: list[Op] = []
     for op in ops:
         kind = op.kind
@@ -70,8 +71,24 @@ def retarget(ops: list[Op], keep_mem: bool) -> list[Op]:
                 attrs["overlapped_duration_ps"] = op.dur_ps
             op = Op(op.uid, op.name, _COMPUTE, op.on_device, op.lane, op.start_ps, dur_ps,
                     None, op.bytes, op.flops, op.inputs, op.outputs, attrs)
+        if host_as_device and op.kind == _COMPUTE and not op.on_device:
+            op = Op(op.uid, op.name, _COMPUTE, True, op.lane, op.start_ps, op.dur_ps, None,
+                    op.bytes, op.flops, op.inputs, op.outputs, dict(op.attrs, host_op=True))
         out.append(op)
     return out
+
+
+def _has_device_compute(ops: list[Op]) -> bool:
+    """Whether the rank ran compute on a device. A rank that did not (gloo on CPUs) has its
+    host ops written as ASTRA-sim's device compute (``is_cpu_op`` false, ``host_op`` says
+    what they were): the resource is the same one-op-at-a-time kind, and this ASTRA-sim's
+    statistics step, which runs as each NPU finishes, throws on any CPU node ("Only GPU and
+    COMM types are supported for overlap extraction"), which kills the NPUs still running
+    when one finishes first (a 4-rank send/recv ring: 1 of 4 finished)."""
+    for op in ops:
+        if op.on_device and op.kind == _COMPUTE and op.name != GAP_NAME:
+            return True
+    return False
 
 
 def as_compute(op: Op, keep_mem: bool) -> bool:
@@ -103,8 +120,9 @@ def replay_dur(ops: list[Op], keep_mem: bool = False) -> Callable[[Op], int]:
 def finish_run(staging: str, results: list, groups: dict[int, list[int]], options,
                note: Callable[[str], None], runner) -> dict[int, list[int]]:
     """Make the staged ETs agree across ranks as ASTRA-sim needs (run_rules.py), in a second
-    round: the plan is made here from the collectives the workers handed over (each rank's
-    COMM_COLL nodes), and each rank's file is rewritten by a task of ``runner``
+    round: the plan is made here from the communication the workers handed over (each rank's
+    COMM_COLL nodes, and its sends and receives for the network), and each rank's file is
+    rewritten by a task of ``runner``
     (:func:`rewrite_collectives`), which replaces those records and copies every other one as
     written. Only the collectives travel, never whole ETs. Returns the renumbered groups."""
     from chakra_hooks.converter import etio
@@ -114,6 +132,7 @@ def finish_run(staging: str, results: list, groups: dict[int, list[int]], option
     nodes = {r.rank: list(etio.decode_bodies([body for _, body in r.collectives])) for r in results}
     new_groups = run_rules.harmonize(nodes, groups, note)
     transfer = run_rules.transfer_times(nodes, new_groups)
+    transfer.update(run_rules.send_transfer_times(nodes))
     run_rules.align_windows(nodes, note)
     _write_network(staging, nodes, new_groups, len(results), transfer)
     tasks = []
@@ -136,13 +155,17 @@ def _write_network(staging: str, nodes: dict[int, list], groups: dict[int, list[
     member wait for the others itself, and a network fitted to the waits too would count
     them twice (a DDP run simulated at 1.44x its span)."""
     from chakra_hooks.converter.attrs import attr_dict, value_of
-    from chakra_hooks.converter.schema import COMM_COLL
+    from chakra_hooks.converter.schema import COMM_COLL, COMM_SEND
     from chakra_hooks.converter.stats import node_times
 
     npus = max(ranks, 2)  # the analytical backend needs two NPUs (astra-run replicates one)
     samples = []
     for rank, rank_nodes in nodes.items():
         for node in rank_nodes:
+            if node.type == COMM_SEND and (rank, node.id) in transfer:
+                samples.append(network.Sample(
+                    network.POINT_TO_POINT, int(value_of(attr_dict(node)["comm_size"])), 2,
+                    transfer[(rank, node.id)] * 1000))
             if node.type != COMM_COLL:
                 continue
             attrs = attr_dict(node)

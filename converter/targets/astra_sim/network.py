@@ -17,7 +17,9 @@ nanosecond for N = 2, 4, 8, docs/model-time.md):
 - ALL_REDUCE: L = 8 (N-1), B = 2 (N-1) / N, R = 3 (N-1) / (N * 1600) (the reduction);
 - REDUCE_SCATTER: L = 4 (N-1), B = (N-1) / N, R = 3 (N-1) / (N * 1600);
 - ALL_GATHER: L = 4 (N-1), B = N - 1 (comm_size is each rank's part);
-- ALL_TO_ALL: L = 2 N (N-1), B = (N-1) / 2.
+- ALL_TO_ALL: L = 2 N (N-1), B = (N-1) / 2;
+- a send and its receive (point to point): L = 1, B = 1 (measured at 1 and 16 MiB, 50 and
+  100 GB/s, 0 and 1,000 ns: exact).
 
 The fit: least squares over every measured collective of every rank for the split between
 latency and bandwidth, then both scaled so that the modelled collectives add up to the
@@ -57,6 +59,7 @@ NETWORK_FILE, SYSTEM_FILE = "astra_network.yml", "astra_system.json"
 # tensors local).
 MEMORY_FILE, MEMORY = "astra_memory.json", {"memory-type": "NO_MEMORY_EXPANSION"}
 FAST_GBPS = 1e6  # a network that is never the bottleneck, where nothing is left to fit
+POINT_TO_POINT = -1  # Sample.comm_type of a send and its receive (no CollectiveCommType)
 DEFAULT_GBPS, DEFAULT_NS = 50.0, 500.0  # astra-run's defaults, where nothing was measured
 
 
@@ -90,6 +93,8 @@ def coefficients(comm_type: int, n: int) -> tuple[float, float, float] | None:
     """(L, B, R) of the model above, or None for a type ASTRA-sim does not simulate."""
     if n < 2:
         return None
+    if comm_type == POINT_TO_POINT:
+        return 1, 1.0, 0.0
     share = (n - 1) / n
     reduce = 3 * share / LOCAL_MEM_GBPS
     if comm_type == CommType.ALL_REDUCE:
