@@ -14,6 +14,8 @@ every step (more communication), the compute is unchanged. The PyTorch collector
 - ``static_graph``: DDP with ``static_graph=True``.
 - ``hooks``: no DDP; a ``register_post_accumulate_grad_hook`` on every parameter issues
   ``all_reduce(async_op=True)`` and the step ``wait()``s for all of them at its end.
+- ``fsdp``: FSDP2, ``fully_shard`` on each layer and on the model: parameters all-gathered
+  before each layer's forward and backward, gradients reduce-scattered after its backward.
 
 Recording the same mode twice with different ``--extra-mb`` changes communication volume only,
 so the ET of one run can be asked to predict the other (``chakra-hooks whatif --comm-from``).
@@ -37,7 +39,7 @@ import chakra_hooks.collectors.torch as chakra  # noqa: E402
 from train_tiny_moe import free_port  # noqa: E402 (the example beside this one)
 
 WIDTH, LAYERS, BATCH, STEPS = 512, 8, 256, 6
-MODES = ("ddp", "no_sync", "static_graph", "hooks")
+MODES = ("ddp", "no_sync", "static_graph", "hooks", "fsdp")
 
 
 class Net(nn.Module):
@@ -74,6 +76,13 @@ def worker(rank: int, args: argparse.Namespace, port: int) -> None:
     if args.mode == "hooks":
         model: nn.Module = net
         _hook_all_reduce(net, pending)
+    elif args.mode == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in net.body:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer)
+        model = fully_shard(net)
     else:
         model = nn.parallel.DistributedDataParallel(
             net, bucket_cap_mb=1, static_graph=args.mode == "static_graph")

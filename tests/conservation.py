@@ -6,12 +6,12 @@ Counted independently of the linker, from Kineto alone:
   containers), by name, with their recorded time; those that start inside the window the ET
   covers (its host nodes' first start to last end);
 - collectives: NCCL / RCCL kernels where the trace has kernels, else the c10d collective
-  calls (gloo, which runs them on the CPU), with barriers counted apart (a barrier is a
-  collective of nothing).
+  calls (gloo, which runs them on the CPU; what ran inside such a call is part of it, not a
+  host op).
 
-Counted in the ET: host COMP nodes (lane ``thread:*``) by name, a split op once (its first
-part; the others say ``segment``), with the time of all its parts; COMM nodes, and
-collectives replayed as compute (``comm_unresolved``).
+Counted in the ET: host COMP nodes (lane ``thread:*``) by name, a split op once (from its
+first part's start to its last part's end: the wait between parts is a dependency); COMM
+nodes, and collectives replayed as compute (``comm_unresolved``).
 """
 
 from __future__ import annotations
@@ -67,8 +67,7 @@ def kineto_inventory(path: Path, window_ns: tuple[int, int] | None = None) -> In
     kernels = [e for e in events if e.get("cat") == "kernel" and inside(e)]
     threads: dict[tuple, list[dict]] = {}
     for e in events:
-        # Without kernels a c10d collective ran on the CPU: a collective, counted below.
-        if e.get("cat") == "cpu_op" and (kernels or e["name"] not in C10D_COLLECTIVES):
+        if e.get("cat") == "cpu_op":
             threads.setdefault((e.get("pid"), e.get("tid")), []).append(e)
     for ranges in threads.values():
         ranges.sort(key=lambda e: (e["ts"], -e.get("dur", 0)))
@@ -82,7 +81,9 @@ def kineto_inventory(path: Path, window_ns: tuple[int, int] | None = None) -> In
                     e["ts"] == open_until and end == open_until)):
                 continue
             open_until = end
-            if inside(e):
+            # Without kernels a c10d collective ran on the CPU: a collective, counted below,
+            # and what ran inside its call (gloo's chunk / empty under an all-gather) with it.
+            if inside(e) and (kernels or e["name"] not in C10D_COLLECTIVES):
                 inv.ops[e["name"]] += 1
                 inv.time_us[e["name"]] += e.get("dur", 0)
                 if starts[e["ts"]] > 1:

@@ -19,7 +19,7 @@ from conservation import conservation, node_attrs  # noqa: E402 (tests/conservat
 
 REPO = Path(__file__).resolve().parents[2]
 ASTRA_RUN = REPO.parent / "shared" / "tools" / "astra-run"
-MODES = ("ddp", "no_sync", "static_graph", "hooks")
+MODES = ("ddp", "no_sync", "static_graph", "hooks", "fsdp")
 CORPUS_RANKS = {  # inputs -> {rank: its Kineto file}
     "pytorch/a100_resnet_nccl": {0: "pytorch/a100_resnet_nccl/kineto.json.gz"},
     "pytorch/a100_simple_add": {0: "pytorch/a100_simple_add/kineto.json.gz"},
@@ -56,15 +56,17 @@ def test_ddp_keeps_every_op_and_collective(mode, tmp_path, reference_reader):
     """DDP's bucket all-reduces start inside backward and end on gloo's threads; the ET
     observer then nests the backward ops that follow under ops that had ended (about 100-300
     per rank). Before: 3-13 of 24 AddmmBackward0 per rank kept, 41-61 % of the time, up to 16
-    of 27 all-reduces lost, with "linked 100 %"."""
+    of 27 all-reduces lost, with "linked 100 %". FSDP2 (all-gathers and reduce-scatters
+    around each layer) is held to the same count."""
     capture = record_ddp(tmp_path, mode)
     out = tmp_path / "et"
     warnings: list[str] = []
     convert_paths([capture], out, progress=False, warn=warnings.append)
     kineto = {r: capture / f"kineto.rank{r}.pt.trace.json" for r in (0, 1)}
     assert _check(kineto, out, reference_reader) == []
-    # The correction is said, not silent.
-    assert any("nested in the ET under ops that had ended" in w for w in warnings), warnings
+    # The correction is said, not silent (FSDP2's recordings here needed none).
+    if mode != "fsdp":
+        assert any("nested in the ET under ops that had ended" in w for w in warnings), warnings
 
 
 def test_sendrecv_ring_keeps_every_op_and_collective(tmp_path, reference_reader):
