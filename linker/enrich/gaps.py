@@ -218,6 +218,13 @@ def _placement(op: Op, per_resource: bool, dur: Callable[[Op], int], compute_lan
         caller = op.attrs.get("calling_lane")
         if not isinstance(caller, str):
             return None
+        runner = op.attrs.get("gloo_thread")
+        if runner is not None and not per_resource:
+            # Run by a gloo thread from its start (linker/pytorch/link.py _gloo_execution):
+            # the slack before it is that thread's, after the collective it ran before (drawn
+            # on the calling thread). Per resource, the gloo thread is no resource of
+            # ASTRA-sim's: a gap there would hold the host's.
+            return f"gloo:{runner}", caller, True
         return ("host" if per_resource else caller), caller, False
     if not per_resource:
         return op.lane, op.lane, True

@@ -544,6 +544,7 @@ class PytorchLinker:
                 op.attrs["issued_ns"] = op.start_ps // 1000  # when the call queued it
                 op.dur_ps = op.start_ps + op.dur_ps - start
                 op.start_ps = start
+                op.attrs["gloo_thread"] = ev.tid  # whose slack comes before it (gaps.py)
             by_thread[(ev.pid, ev.tid)].append((start, op))
         edges = self.edges
         for runs in by_thread.values():
