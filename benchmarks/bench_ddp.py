@@ -4,7 +4,8 @@ print what was kept, each run's prediction of the other, and (with ``--astra BIN
     python benchmarks/bench_ddp.py [--mode ddp] [--mb 4 32] [--astra BIN]
 
 Per run and rank: host ops and collectives lost (tests/conservation.py, reading the ETs with
-mlc-chakra), Kineto's top-level op time kept; then ``whatif --comm-from`` both ways against the
+mlc-chakra), Kineto's top-level op time kept, and the host ops' time (the premise: it should
+not change with the communication volume); then ``whatif --comm-from`` both ways against the
 other run's measured span, and ASTRA-sim (analytical, congestion unaware, through
 ../shared/tools/astra-run) on the ``--target astra-sim`` output with its fitted network.
 Figures: docs/model-time.md ("Overlapped communication").
@@ -40,6 +41,14 @@ def record(root: Path, mode: str, mb: float) -> Path:
     return capture
 
 
+def compute_ms(out: Path) -> list[float]:
+    """Per rank, the time of its host ops (not gaps, not communication): what the experiment
+    assumes the two runs share."""
+    return [sum(n.duration_micros for n in etio.read_et(et).nodes
+                if n.name != "host_gap" and n.type not in (5, 6, 7)) / 1e3
+            for et in sorted(out.glob("*.et"))]
+
+
 def span_ms(out: Path) -> float:
     return max(rank_stats(str(et), etio.read_et(et).nodes).span_us for et in out.glob("*.et")) / 1e3
 
@@ -63,7 +72,8 @@ def main() -> None:
                 print(f"{args.mode} {mb:g} MB rank {rank}: time kept {c.time_kept:.2%}, "
                       f"collectives {c.et_collectives}/{c.kineto_collectives}, "
                       f"problems {c.problems() or 'none'}")
-            print(f"{args.mode} {mb:g} MB: measured span {span_ms(out):.1f} ms")
+            print(f"{args.mode} {mb:g} MB: measured span {span_ms(out):.1f} ms, host ops per "
+                  f"rank {', '.join(f'{c:.1f}' for c in compute_ms(out))} ms")
             if args.astra and ASTRA_RUN.exists():
                 astra = root / f"astra{mb:g}"
                 convert_paths([capture], astra, target="astra-sim", progress=False,
