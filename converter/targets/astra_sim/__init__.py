@@ -133,6 +133,7 @@ def finish_run(staging: str, results: list, groups: dict[int, list[int]], option
     new_groups = run_rules.harmonize(nodes, groups, note)
     transfer = run_rules.transfer_times(nodes, new_groups)
     transfer.update(run_rules.send_transfer_times(nodes))
+    transfer = run_rules.one_at_a_time(nodes, transfer)
     run_rules.align_windows(nodes, note)
     _write_network(staging, nodes, new_groups, len(results), transfer)
     tasks = []

@@ -386,3 +386,42 @@ def _set_int(node: Node, name: str, value: int) -> None:
         if attr.name == name:
             attr.CopyFrom(make_attr(name, value))
             return
+
+
+def one_at_a_time(run: dict[int, Sequence[Node]], transfer: dict[tuple[int, int], float]
+                  ) -> dict[tuple[int, int], float]:
+    """(rank, node id) -> the share of the network's time each collective and send of a rank
+    is fitted to, where ASTRA-sim runs them one after another. Its hardware model keeps one
+    communication op in flight per NPU (receives excepted), while a run can have several at
+    once (gloo runs DDP's buckets on two threads; NCCL has several streams). Communication
+    whose transfers overlapped shares the time they covered together: each one's transfer
+    (``transfer``, or its whole time where it has none) is scaled by that time over their sum,
+    so that run one after another they take as long as they did at once."""
+    from chakra_hooks.converter.stats import node_times
+
+    out: dict[tuple[int, int], float] = {}
+    for rank, nodes in run.items():
+        spans = []  # (transfer start, end, node id, transfer)
+        for node in nodes:
+            if node.type not in (COMM_COLL, COMM_SEND):
+                continue
+            start, dur = node_times(node, attr_dict(node))
+            if start is None or (node.type == COMM_SEND and (rank, node.id) not in transfer):
+                continue  # (a send whose receive is not here is not fitted)
+            took = transfer.get((rank, node.id), dur)
+            spans.append((start + dur - took, start + dur, node.id, took))
+        spans.sort()
+        cluster: list[tuple[float, float, int, float]] = []
+        reach = float("-inf")  # where the cluster's transfers end
+        for span in spans + [(float("inf"), float("inf"), -1, 0.0)]:
+            if cluster and span[0] >= reach:
+                share = 1.0
+                if len(cluster) > 1:
+                    total = sum(c[3] for c in cluster)
+                    share = (reach - cluster[0][0]) / total if total else 0.0
+                for _, _, node_id, took in cluster:
+                    out[(rank, node_id)] = took * share
+                cluster, reach = [], float("-inf")
+            cluster.append(span)
+            reach = max(reach, span[1])
+    return out
