@@ -185,23 +185,42 @@ def stats(files: tuple[str, ...], as_json: bool) -> None:
     """How much of the measured window the ETs replay: span, critical path and its make-up
     (host, device, exposed and overlapped communication, gaps), top ops on it, MoE imbalance,
     KV-cache bytes."""
-    from chakra_hooks.converter import etio
+    from chakra_hooks.converter import peers as run_peers
     from chakra_hooks.converter import stats as measure
+    from chakra_hooks.converter import whatif as model
 
+    try:
+        run, groups, world = run_peers.read_run(list(_et_files(files)))
+    except ValueError as exc:
+        _fail(str(exc))
+    peers = run_peers.analyse(run, groups, world)
     ranks = []
-    for path in _et_files(files):
-        ranks.append(measure.rank_stats(str(path), etio.read_et(path).nodes))
+    for r in run:
+        waits = {nid: t for (rank, nid), t in peers.wait_us.items() if rank == r.rank}
+        transfers = {nid: t for (rank, nid), t in peers.transfer_us.items() if rank == r.rank}
+        unknown = sum(1 for rank, _ in peers.unknown if rank == r.rank)
+        ranks.append(measure.rank_stats(r.path, r.nodes, waits, transfers, unknown))
+    late = model.straggler(run, peers) if len(run) > 1 and peers.columns else None
     if as_json:
         for r in ranks:
             click.echo(orjson.dumps(r.to_json()).decode())
         span = max((r.span_us for r in ranks), default=0.0)
         path = max((r.critical_path_us for r in ranks), default=0.0)
-        click.echo(orjson.dumps({"run": {"ranks": len(ranks), "span_us": round(span, 3),
-                                         "critical_path_us": round(path, 3),
-                                         "coverage": round(path / span, 4) if span else 0.0}}
-                                ).decode())
+        summary = {"ranks": len(ranks), "span_us": round(span, 3),
+                   "critical_path_us": round(path, 3),
+                   "coverage": round(path / span, 4) if span else 0.0,
+                   "matched_collectives": len(peers.columns), "wait_unknown": len(peers.unknown),
+                   "clock_offsets_us": {str(k): round(v, 3) for k, v in peers.offsets_us.items()},
+                   "clock_residual_us": round(peers.clock_residual_us, 3)}
+        if late is not None:
+            summary["straggler"] = late.to_json()
+        click.echo(orjson.dumps({"run": summary}).decode())
     else:
         click.echo(measure.render(ranks))
+        if late is not None:
+            click.echo(model.render_straggler(late))
+        for note in peers.notes:
+            click.echo(f"  note: {note}")
 
 
 @cli.command()
@@ -212,44 +231,63 @@ def stats(files: tuple[str, ...], as_json: bool) -> None:
 @click.option("--compute", metavar="FACTOR", help="Multiply compute durations (host ops and "
               "kernels; gaps keep theirs): '2x' takes twice as long.")
 @click.option("--comm-from", "comm_from", type=click.Path(exists=True, file_okay=False),
-              help="Another conversion of the same program: each collective takes the duration "
-                   "measured there (same order per rank).")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per file, one per line.")
+              help="Another conversion of the same program: each collective takes the transfer "
+                   "time measured there (its whole time where its peers were not recorded), "
+                   "same order per rank.")
+@click.option("--ranks", "only", metavar="LIST",
+              help="Apply --comm / --compute to these ranks only, e.g. '1' or '1,3' (a "
+                   "straggler made faster: --ranks 1 --compute 0.33x).")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON object per rank, one per line, then {\"run\": {...}}.")
 def whatif(files: tuple[str, ...], comm: tuple[str, ...], compute: str | None,
-           comm_from: str | None, as_json: bool) -> None:
-    """Replay converted ETs with communication and/or compute changed: the predicted span
-    per rank and what moved on the critical path."""
-    from chakra_hooks.converter import etio
+           comm_from: str | None, only: str | None, as_json: bool) -> None:
+    """Replay converted ETs with communication and/or compute changed: the ranks together
+    (a collective's transfer starts when its last member reaches it; waits for peers follow
+    from the replay and are never scaled), the predicted span per rank and for the run, and
+    what moved on the critical path."""
+    from chakra_hooks.converter import peers as run_peers
     from chakra_hooks.converter import whatif as model
 
     try:
         change = model.parse_change(comm, compute)
+        chosen = _parse_ranks(only)
+        ranks, groups, world = run_peers.read_run(list(_et_files(files)))
+        peers = run_peers.analyse(ranks, groups, world)
+        elsewhere = None
+        if comm_from is not None:
+            theirs = run_peers.read_run(list(_et_files((comm_from,))))
+            by_rank = model.run_comm_times(theirs[0], run_peers.analyse(*theirs))
+            lacking = [r.path for r in ranks if r.rank not in by_rank]
+            if lacking:
+                _fail(f"{comm_from}: no ET for the rank of {lacking[0]}")
+            elsewhere = by_rank
+        if chosen is not None and not chosen & {r.rank for r in ranks}:
+            _fail(f"--ranks {only}: none of these ranks is among the ETs given "
+                  f"({', '.join(str(r.rank) for r in ranks)})")
+        run = model.replay_run(ranks, change, chosen, peers, elsewhere)
     except ValueError as exc:
         _fail(str(exc))
-    paths = list(_et_files(files))
-    others: list[Path | None] = [None] * len(paths)
-    if comm_from is not None:
-        theirs = {_rank_order(p)[1]: p for p in _et_files((comm_from,))}
-        for i, path in enumerate(paths):
-            others[i] = theirs.get(_rank_order(path)[1])
-            if others[i] is None:
-                _fail(f"{comm_from}: no ET for the rank of {path}")
-    ranks = []
-    for path, other in zip(paths, others):
-        elsewhere = None
-        if other is not None:
-            elsewhere = model.collective_durations(etio.read_et(other).nodes)
-        try:
-            ranks.append(model.replay(str(path), etio.read_et(path).nodes, change, elsewhere))
-        except ValueError as exc:
-            _fail(str(exc))
-    described = change.describe() + (f"; collectives as measured in {comm_from}"
-                                      if comm_from else "")
+    described = change.describe() + (f" on rank(s) {only}" if chosen is not None else "") + (
+        f"; collectives as measured in {comm_from}" if comm_from else "")
     if as_json:
-        for r in ranks:
-            click.echo(orjson.dumps({"change": described, **r.to_json()}).decode())
+        for r in run.ranks:
+            click.echo(orjson.dumps({"what_if": described, **r.to_json()}).decode())
+        click.echo(orjson.dumps({"run": {"what_if": described, **run.to_json()}}).decode())
     else:
-        click.echo(model.render(ranks, described))
+        click.echo(model.render_run(run, described))
+
+
+def _parse_ranks(text: str | None) -> set[int] | None:
+    if text is None:
+        return None
+    try:
+        chosen = {int(part) for part in text.split(",") if part.strip()}
+    except ValueError:
+        raise ValueError(f"--ranks {text!r}: expected rank numbers separated by commas, "
+                         f"such as 1,3") from None
+    if not chosen:
+        raise ValueError(f"--ranks {text!r}: expected at least one rank")
+    return chosen
 
 
 @cli.command()

@@ -51,6 +51,13 @@ class RankStats:
     moe: dict[int, float] = field(default_factory=dict)
     kv_bytes: dict[str, int] = field(default_factory=dict)
     idle_us: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Set when the rank is read with its run (converter/peers.py): its collectives' time split
+    # into waiting for a peer and transfer, how much of the exposed communication on its
+    # critical path was waiting, and its communication nodes whose peers were not recorded.
+    peer_wait_us: float | None = None
+    transfer_us: float | None = None
+    peer_wait_on_path_us: float = 0.0
+    wait_unknown: int = 0
 
     @property
     def coverage(self) -> float:
@@ -66,7 +73,12 @@ class RankStats:
                 "moe_max_over_mean_by_layer": {str(k): round(v, 3) for k, v in self.moe.items()},
                 "kv_bytes": self.kv_bytes,
                 "idle_us": {side: {k: round(v, 3) for k, v in parts.items()}
-                            for side, parts in self.idle_us.items()}}
+                            for side, parts in self.idle_us.items()},
+                **({"peer_wait_us": round(self.peer_wait_us, 3),
+                    "transfer_us": round(self.transfer_us or 0.0, 3),
+                    "peer_wait_on_path_us": round(self.peer_wait_on_path_us, 3),
+                    "wait_unknown": self.wait_unknown}
+                   if self.peer_wait_us is not None else {})}
 
 
 def node_times(node: Node, attrs: dict) -> tuple[float | None, float]:
@@ -101,8 +113,10 @@ def _kind(node: Node, attrs: dict) -> str:
     return "host" if cpu else "device"
 
 
-def rank_stats(path: str, nodes: Sequence[Node]) -> RankStats:
-    """Everything above for one ET's nodes."""
+def rank_stats(path: str, nodes: Sequence[Node], waits: dict[int, float] | None = None,
+               transfers: dict[int, float] | None = None, unknown: int = 0) -> RankStats:
+    """Everything above for one ET's nodes; with ``waits`` / ``transfers`` (node id -> us, from
+    converter/peers.py), the split of its collectives' time too."""
     attrs = {n.id: attr_dict(n) for n in nodes}
     times = {n.id: node_times(n, attrs[n.id]) for n in nodes}
     span = span_us(times)
@@ -135,10 +149,16 @@ def rank_stats(path: str, nodes: Sequence[Node]) -> RankStats:
                 moe[layer] = max(moe.get(layer, 0.0), max(bins) / mean)
         if "kv_direction" in a and "tensor_size" in a:
             kv[str(value_of(a["kv_direction"]))] += int(value_of(a["tensor_size"]))
-    return RankStats(path, len(nodes), span, length,
-                     {k: by_kind.get(k, 0.0) for k in ("host", "device", "comm", "mem", "gap")},
-                     overlapped, top, dict(sorted(moe.items())), dict(kv),
-                     idle_time(nodes, attrs, times))
+    out = RankStats(path, len(nodes), span, length,
+                    {k: by_kind.get(k, 0.0) for k in ("host", "device", "comm", "mem", "gap")},
+                    overlapped, top, dict(sorted(moe.items())), dict(kv),
+                    idle_time(nodes, attrs, times))
+    if waits is not None:
+        out.peer_wait_us = sum(waits.values())
+        out.transfer_us = sum((transfers or {}).values())
+        out.peer_wait_on_path_us = sum(waits.get(nid, 0.0) for nid in path_set)
+        out.wait_unknown = unknown
+    return out
 
 
 def idle_time(nodes: Sequence[Node], attrs: dict[int, dict], times: dict[int, tuple]
@@ -221,6 +241,12 @@ def render(ranks: list[RankStats]) -> str:
                      f"{k['device'] / 1e3:,.3f} ms, communication (exposed) {k['comm'] / 1e3:,.3f}"
                      f" ms, memory {k['mem'] / 1e3:,.3f} ms, gaps {k['gap'] / 1e3:,.3f} ms; "
                      f"communication overlapped {r.comm_overlapped_us / 1e3:,.3f} ms")
+        if r.peer_wait_us is not None:
+            lines.append(f"  collectives: waiting for peers {r.peer_wait_us / 1e3:,.3f} ms, "
+                         f"transfer {(r.transfer_us or 0.0) / 1e3:,.3f} ms; of the exposed "
+                         f"communication, {r.peer_wait_on_path_us / 1e3:,.3f} ms was waiting for "
+                         f"a peer" + (f"; {r.wait_unknown} with peers not recorded (wait "
+                                       f"unknown)" if r.wait_unknown else ""))
         for side, part in r.idle_us.items():
             if part["idle"]:
                 lines.append(f"  idle {side} lanes {part['idle'] / 1e3:,.3f} ms: explained by "

@@ -11,18 +11,26 @@ length. Durations are changed by:
 - ``comm_from``: another conversion of the same program (the same collectives in the same order
   per rank): each collective takes the duration measured there, as a ground-truth what-if.
 
-Ranks are replayed one by one: a collective's measured time includes waiting for its slowest
-peer, so scaling it scales that wait too. The predicted span of a rank is the replay's finish;
-what moved is the critical path's make-up before and after.
+``replay`` replays one rank alone: a collective's measured time includes waiting for its
+slowest peer, so scaling it scales that wait too. ``replay_run`` replays the ranks of a run
+together (converter/peers.py): a collective matched across its group's members starts its
+transfer when the last member reaches it in the replay, and lasts its measured transfer
+(scaled by ``comm``, or taken from the other run with ``comm_from``), so waits for peers grow
+and shrink with what the peers do and are never scaled; a collective whose members were not
+all recorded keeps the one-rank model. ``only`` applies the change to some ranks (a straggler
+made faster). The predicted span of a rank is the replay's finish; what moved is the critical
+path's make-up before and after (``peer``: time on the path spent on other ranks' nodes).
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from chakra_hooks.linker.enrich.gaps import GAP_NAME
 
+from . import peers as run_peers
 from .attrs import attr_dict, value_of
 from .schema import COMM_COLL, COMM_RECV, COMM_SEND, CollectiveCommType, Node
 from .stats import critical_path, node_times, span_us
@@ -30,6 +38,7 @@ from .stats import critical_path, node_times, span_us
 _COMM = frozenset((COMM_COLL, COMM_SEND, COMM_RECV))
 COMM_TYPES = {CollectiveCommType.Name(v).lower(): v for v in CollectiveCommType.values()}
 KINDS = ("compute", "comm", "gap")
+RUN_KINDS = (*KINDS, "peer")
 
 
 @dataclass(frozen=True)
@@ -68,6 +77,28 @@ class RankWhatIf:
                 if self.replayed_us else 0.0,
                 "critical_path_before_us": {k: round(v, 3) for k, v in self.before_us.items()},
                 "critical_path_after_us": {k: round(v, 3) for k, v in self.after_us.items()}}
+
+
+@dataclass
+class RunWhatIf:
+    """The ranks replayed together: per rank as ``RankWhatIf`` (its span from its own start),
+    and the run from its first start to its last end."""
+
+    ranks: list[RankWhatIf]
+    span_us: float
+    replayed_us: float
+    predicted_us: float
+    matched: int  # collectives and send / receive pairs matched across ranks
+    unknown: int  # communication nodes whose wait for peers is not known
+    notes: list[str]
+
+    def to_json(self) -> dict:
+        return {"ranks": len(self.ranks), "span_us": round(self.span_us, 3),
+                "replayed_us": round(self.replayed_us, 3),
+                "predicted_us": round(self.predicted_us, 3),
+                "change": round(self.predicted_us / self.replayed_us - 1, 4)
+                if self.replayed_us else 0.0,
+                "matched_collectives": self.matched, "wait_unknown": self.unknown}
 
 
 def _kind(node: Node) -> str:
@@ -137,6 +168,237 @@ def _path(nodes: Sequence[Node], dur: dict[int, float]) -> tuple[float, dict[str
     return length, made_of
 
 
+_STRIDE = 1 << 40  # key of a node in the run: rank index * _STRIDE + node id
+
+
+def replay_run(ranks: Sequence[run_peers.Rank], change: Change = Change(),
+               only: set[int] | None = None, peers: run_peers.Peers | None = None,
+               comm_from: Mapping[int, Sequence[float]] | None = None,
+               per_rank: Mapping[int, Change] | None = None) -> RunWhatIf:
+    """The ranks of one run replayed together before and after ``change`` (module
+    docstring), the change applied to the ranks in ``only`` (all when None), or each rank's
+    own from ``per_rank``. ``comm_from``: per rank, the other run's communication times in
+    start order (``run_comm_times``)."""
+    peers = peers or run_peers.analyse(ranks)
+    base = _bases(ranks, peers)
+    measured, transfer = {}, {}
+    changed, changed_transfer = {}, {}
+    for index, r in enumerate(ranks):
+        change_here = Change() if only is not None and r.rank not in only else change
+        if per_rank is not None:
+            change_here = per_rank.get(r.rank, Change())
+        mine, theirs = durations(r.nodes, r.attrs, r.times, change_here)
+        elsewhere = comm_from.get(r.rank) if comm_from is not None else None
+        if elsewhere is not None:
+            ordered = collectives_in_order(r.nodes, r.times)
+            if len(ordered) != len(elsewhere):
+                raise ValueError(f"{r.path}: {len(ordered)} collectives, but the other run has "
+                                 f"{len(elsewhere)} for this rank: not the same program")
+        for nid, dur in mine.items():
+            key = index * _STRIDE + nid
+            measured[key], changed[key] = dur, theirs[nid]
+            if (r.rank, nid) in peers.transfer_us:
+                took = peers.transfer_us[(r.rank, nid)]
+                transfer[key] = took
+                changed_transfer[key] = took * (theirs[nid] / dur if dur else 1.0)
+        if elsewhere is not None:
+            for node, took in zip(ordered, elsewhere):
+                key = index * _STRIDE + node.id
+                if key in transfer:
+                    changed_transfer[key] = took
+                else:
+                    changed[key] = took
+    before = _schedule(ranks, peers, base, measured, transfer)
+    after = _schedule(ranks, peers, base, changed, changed_transfer)
+    out = []
+    for index, r in enumerate(ranks):
+        times = [t for t in r.times.values() if t[0] is not None]
+        span = (max(s + d for s, d in times) - min(s for s, _ in times)) if times else 0.0
+        out.append(RankWhatIf(r.path, span, _rank_end(before, index) - base[index],
+                              _rank_end(after, index) - base[index],
+                              _made_of(ranks, before, index, measured),
+                              _made_of(ranks, after, index, changed)))
+    starts = [(r.start() - peers.offsets_us.get(r.rank, 0.0)) for r in ranks]
+    ends = [max((s + d for s, d in r.times.values() if s is not None), default=0.0)
+            - peers.offsets_us.get(r.rank, 0.0) for r in ranks]
+    run_before = max((_rank_end(before, i) for i in range(len(ranks))), default=0.0)
+    run_after = max((_rank_end(after, i) for i in range(len(ranks))), default=0.0)
+    return RunWhatIf(out, max(ends, default=0.0) - min(starts, default=0.0), run_before,
+                     run_after, len(peers.columns), len(peers.unknown),
+                     peers.notes + before[3] + after[3])
+
+
+@dataclass
+class Straggler:
+    """Who the run waited for: per rank, the time its peers spent waiting for it (each
+    collective's waits are its last member's doing), and the run replayed with every rank's
+    compute at the median rank's (ByteDance's S = measured / that)."""
+
+    waited_for_us: dict[int, float]
+    compute_us: dict[int, float]
+    replayed_us: float
+    at_median_us: float
+
+    @property
+    def rank(self) -> int | None:
+        worst = max(self.waited_for_us.items(), key=lambda kv: (kv[1], -kv[0]), default=None)
+        return worst[0] if worst and worst[1] > 0 else None
+
+    @property
+    def slowdown(self) -> float:
+        return self.replayed_us / self.at_median_us if self.at_median_us else 1.0
+
+    def to_json(self) -> dict:
+        return {"rank": self.rank,
+                "waited_for_us": {str(k): round(v, 3) for k, v in self.waited_for_us.items()},
+                "compute_us": {str(k): round(v, 3) for k, v in self.compute_us.items()},
+                "replayed_us": round(self.replayed_us, 3),
+                "at_median_compute_us": round(self.at_median_us, 3),
+                "slowdown": round(self.slowdown, 4)}
+
+
+def straggler(ranks: Sequence[run_peers.Rank], peers: run_peers.Peers) -> Straggler:
+    """``Straggler`` for a run (compute: a rank's compute nodes other than gaps, added up)."""
+    waited = {r.rank: 0.0 for r in ranks}
+    for column in peers.columns:
+        last = peers.last_arrival(column)
+        waited[last[0]] += sum(peers.wait_us[k] for k in column if k != last)
+    compute = {r.rank: sum(d for n in r.nodes if _kind(n) == "compute"
+                           for d in (r.times[n.id][1],)) for r in ranks}
+    middle = sorted(compute.values())[(len(compute) - 1) // 2] if compute else 0.0
+    scaled = {rank: Change(compute=middle / c) for rank, c in compute.items() if c}
+    run = replay_run(ranks, peers=peers, per_rank=scaled)
+    return Straggler(waited, compute, run.replayed_us, run.predicted_us)
+
+
+def run_comm_times(ranks: Sequence[run_peers.Rank], peers: run_peers.Peers | None = None
+                   ) -> dict[int, list[float]]:
+    """Per rank, its communication nodes' times in start order, as another run's
+    ``replay_run`` takes them: the transfer where the collective was matched, else the whole
+    recorded time."""
+    peers = peers or run_peers.analyse(ranks)
+    return {r.rank: [peers.transfer_us.get((r.rank, n.id), r.times[n.id][1])
+                     for n in collectives_in_order(r.nodes, r.times)] for r in ranks}
+
+
+def _bases(ranks: Sequence[run_peers.Rank], peers: run_peers.Peers) -> list[float]:
+    """Each rank's first start on the run's corrected time base, from the run's first start."""
+    starts = [r.start() - peers.offsets_us.get(r.rank, 0.0) for r in ranks]
+    first = min(starts, default=0.0)
+    return [s - first for s in starts]
+
+
+def _rank_end(schedule: tuple, index: int) -> float:
+    finish = schedule[0]
+    return max((t for key, t in finish.items() if key // _STRIDE == index), default=0.0)
+
+
+def _schedule(ranks: Sequence[run_peers.Rank], peers: run_peers.Peers, base: list[float],
+              dur: dict[int, float], transfer: dict[int, float]
+              ) -> tuple[dict[int, float], dict[int, int], dict[int, float], list[str]]:
+    """Earliest finish of every node of the run, the node that decided each one's start, each
+    node's duration as replayed (a matched collective: its wait and transfer), and notes.
+    Kahn's algorithm over every rank's dependencies; a matched collective's members are held
+    until the last of them is ready, then each ends its own transfer after that moment. Where
+    ranks' orders contradict each other (no schedule lets every member arrive), the
+    collectives still held are released one by one as one-rank nodes, and that is noted."""
+    index_of = {r.rank: i for i, r in enumerate(ranks)}
+    column_of: dict[int, int] = {}
+    for c, column in enumerate(peers.columns):
+        for rank, nid in column:
+            column_of[index_of[rank] * _STRIDE + nid] = c
+    deps: dict[int, list[int]] = {}
+    for i, r in enumerate(ranks):
+        known = r.times
+        for n in r.nodes:
+            deps[i * _STRIDE + n.id] = [i * _STRIDE + d for d in (*n.data_deps, *n.ctrl_deps)
+                                        if d != n.id and d in known]
+    users: dict[int, list[int]] = defaultdict(list)
+    waiting = {}
+    for key, ds in deps.items():
+        waiting[key] = len(ds)
+        for d in ds:
+            users[d].append(key)
+    finish: dict[int, float] = {}
+    via: dict[int, int] = {}
+    took: dict[int, float] = {}
+    arrived: dict[int, dict[int, float]] = defaultdict(dict)  # column -> member -> ready time
+    released: set[int] = set()
+    notes: list[str] = []
+    ready = [key for key, count in waiting.items() if count == 0]
+
+    def ready_time(key: int) -> float:
+        best, by = base[key // _STRIDE], None
+        for d in deps[key]:
+            if finish[d] > best or by is None and finish[d] == best:
+                best, by = finish[d], d
+        if by is not None:
+            via[key] = by
+        return best
+
+    def done(key: int, at: float) -> None:
+        finish[key] = at
+        for user in users.get(key, ()):
+            waiting[user] -= 1
+            if waiting[user] == 0:
+                ready.append(user)
+
+    while True:
+        while ready:
+            key = ready.pop()
+            at = ready_time(key)
+            column = column_of.get(key)
+            if column is None or column in released:
+                took[key] = dur.get(key, 0.0)
+                done(key, at + took[key])
+                continue
+            members = arrived[column]
+            members[key] = at
+            if len(members) < len(peers.columns[column]):
+                continue
+            last_key = max(members, key=lambda k: (members[k], -k))
+            last = members[last_key]
+            for member, when in members.items():
+                if member != last_key and last > when:  # it waited: the path goes to the last
+                    if last_key in via:
+                        via[member] = via[last_key]
+                    else:
+                        via.pop(member, None)
+                took[member] = last - when + transfer.get(member, 0.0)
+                done(member, last + transfer.get(member, 0.0))
+        held = [c for c, members in arrived.items() if c not in released
+                and len(members) < len(peers.columns[c])]
+        if not held:
+            break
+        # Ranks' orders disagree: let the earliest held collective's members go alone.
+        c = min(held, key=lambda c: min(arrived[c].values()))
+        released.add(c)
+        notes.append(f"replay: collective {peers.columns[c]} could not gather its members "
+                     "(the ranks' orders disagree); replayed per rank")
+        for member, when in arrived[c].items():
+            took[member] = dur.get(member, 0.0)
+            done(member, when + took[member])
+    return finish, via, took, notes
+
+
+def _made_of(ranks: Sequence[run_peers.Rank], schedule: tuple, index: int,
+             dur: dict[int, float]) -> dict[str, float]:
+    """The critical path that ends rank ``index`` by kind; ``peer``: time on other ranks."""
+    finish, via, took, _ = schedule
+    made_of = dict.fromkeys(RUN_KINDS, 0.0)
+    mine = [key for key in finish if key // _STRIDE == index]
+    if not mine:
+        return made_of
+    by_key = {i * _STRIDE + n.id: n for i, r in enumerate(ranks) for n in r.nodes}
+    at: int | None = max(mine, key=finish.get)
+    while at is not None:
+        before = via.get(at)
+        part = finish[at] - finish[before] if before is not None else took.get(at, 0.0)
+        made_of["peer" if at // _STRIDE != index else _kind(by_key[at])] += max(part, 0.0)
+        at = before
+    return made_of
+
+
 def collective_durations(nodes: Sequence[Node]) -> list[float]:
     """Measured durations (us) of one ET's collectives in start order (for ``comm_from``)."""
     attrs = {n.id: attr_dict(n) for n in nodes}
@@ -173,7 +435,47 @@ def parse_change(comm: Sequence[str], compute: str | None) -> Change:
 
 
 def render(ranks: Sequence[RankWhatIf], change: str) -> str:
+    """One line per rank replayed alone (``replay``), and the slowest."""
     lines = [f"what if: {change}"]
+    lines += _rank_lines(ranks, KINDS)
+    if len(ranks) > 1:
+        before = max(r.replayed_us for r in ranks)
+        after = max(r.predicted_us for r in ranks)
+        lines.append(f"run of {len(ranks)} ranks (slowest rank): replayed {before / 1e3:,.3f} ms, "
+                     f"predicted {after / 1e3:,.3f} ms ({after / before - 1:+.1%})")
+    return "\n".join(lines)
+
+
+def render_straggler(late: Straggler) -> str:
+    if late.rank is None:
+        return "  no rank kept the others waiting"
+    others = late.waited_for_us[late.rank]
+    return (f"  straggler: rank {late.rank} (the others waited {others / 1e3:,.3f} ms for it in "
+            f"all; its compute {late.compute_us[late.rank] / 1e3:,.3f} ms against the median "
+            f"rank's {sorted(late.compute_us.values())[(len(late.compute_us) - 1) // 2] / 1e3:,.3f}"
+            f"); with every rank's compute at the median rank's, the run replays in "
+            f"{late.at_median_us / 1e3:,.3f} ms instead of {late.replayed_us / 1e3:,.3f} "
+            f"(slowdown S = {late.slowdown:.3f})")
+
+
+def render_run(run: RunWhatIf, change: str) -> str:
+    """The ranks replayed together (``replay_run``): per rank, then the run."""
+    lines = [f"what if: {change}"]
+    lines += _rank_lines(run.ranks, RUN_KINDS)
+    delta = run.predicted_us / run.replayed_us - 1 if run.replayed_us else 0.0
+    lines.append(f"run of {len(run.ranks)} rank(s): measured {run.span_us / 1e3:,.3f} ms, "
+                 f"replayed {run.replayed_us / 1e3:,.3f} ms, predicted "
+                 f"{run.predicted_us / 1e3:,.3f} ms ({delta:+.1%})")
+    lines.append(f"  {run.matched:,} collective(s) matched across ranks: their transfers start "
+                 f"when the last member arrives"
+                 + (f"; {run.unknown:,} communication node(s) whose peers were not all recorded "
+                    f"keep their recorded time, waits included" if run.unknown else ""))
+    lines += [f"  note: {note}" for note in run.notes]
+    return "\n".join(lines)
+
+
+def _rank_lines(ranks: Sequence[RankWhatIf], kinds: Sequence[str]) -> list[str]:
+    lines = []
     for r in ranks:
         delta = r.predicted_us / r.replayed_us - 1 if r.replayed_us else 0.0
         b, a = r.before_us, r.after_us
@@ -181,10 +483,6 @@ def render(ranks: Sequence[RankWhatIf], change: str) -> str:
                      f"{r.replayed_us / 1e3:,.3f} ms, predicted {r.predicted_us / 1e3:,.3f} ms "
                      f"({delta:+.1%})")
         lines.append("  critical path, before -> after (ms): " + ", ".join(
-            f"{k} {b[k] / 1e3:,.3f} -> {a[k] / 1e3:,.3f}" for k in KINDS))
-    if len(ranks) > 1:
-        before = max(r.replayed_us for r in ranks)
-        after = max(r.predicted_us for r in ranks)
-        lines.append(f"run of {len(ranks)} ranks (slowest rank): replayed {before / 1e3:,.3f} ms, "
-                     f"predicted {after / 1e3:,.3f} ms ({after / before - 1:+.1%})")
-    return "\n".join(lines)
+            f"{'other ranks' if k == 'peer' else k} {b[k] / 1e3:,.3f} -> {a[k] / 1e3:,.3f}"
+            for k in kinds))
+    return lines

@@ -809,6 +809,9 @@ class PytorchLinker:
         if et is not None and kt is not None:
             self._report_match()
         trace.metadata["clock"] = trace.clock
+        world = self._world_size()
+        if world:  # how many ranks the run had, recorded or not (converter/peers.py)
+            trace.metadata["world_size"] = world
 
     def _report_left_out(self) -> None:
         """Kineto recorded more than the ET (a profiler left running beside an observer started

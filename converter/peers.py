@@ -1,0 +1,265 @@
+"""Ranks that wait for each other: the same collective found on every member of its group, each
+member's recorded time split into waiting for a peer and the transfer, the ranks' clocks put
+on one time base, and the whole run replayed with collectives that start when their last
+member arrives (``whatif`` and ``stats`` over several ranks).
+
+A collective cannot finish before its last member has started it. So for one collective
+matched across its members, with S = the latest (clock-corrected) start over them:
+``peer wait`` of a member = S - its start, ``transfer`` = its end - S (both clipped to its own
+duration). A send and its receive are matched the same way (S: the later of the two starts).
+
+Matching: per process group (``pg_name``; its members from ``comm_group.json`` beside the ETs,
+an empty name or "0" meaning the whole run), the i-th collective of every member in start
+order; the i-th send from a rank to a peer with a tag, with the i-th receive of that peer from
+that rank with that tag. No trace here carries NCCL sequence numbers, so the order is the
+sequence: ranks run a group's collectives in the same order. A group whose members were not
+all recorded (the ETs' ``world_size`` says how many the run had), or whose members recorded
+different numbers of collectives, is not matched: its collectives keep their whole recorded
+time, as one rank's replay treats them, and are counted as ``wait unknown``.
+
+Clocks: the ends of a symmetric collective (all-reduce, all-gather, reduce-scatter,
+all-to-all, barrier) nearly coincide on every member, whatever each started. Each rank's offset
+is the median, over the matched symmetric collectives it is in, of its end minus the median end
+of the collective's members; offsets are applied where they are larger than the ends' own
+spread (``clock_residual_us``, the median distance of an end from its collective's median end
+after correction), so that ranks of one host keep their common clock.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from .attrs import attr_dict, value_of
+from .schema import COMM_COLL, COMM_RECV, COMM_SEND, CollectiveCommType, Node
+from .stats import node_times
+
+ALL_RANKS = ("", "0")  # pg_name of the whole run (ASTRA-sim's empty name; torch's group 0)
+SYMMETRIC = frozenset((CollectiveCommType.ALL_REDUCE, CollectiveCommType.ALL_GATHER,
+                       CollectiveCommType.REDUCE_SCATTER, CollectiveCommType.ALL_TO_ALL,
+                       CollectiveCommType.BARRIER))
+
+
+@dataclass
+class Rank:
+    """One rank's ET as the run-level tools read it: nodes, and each node's (start us or
+    None, duration us) on the rank's own clock."""
+
+    rank: int
+    path: str
+    nodes: Sequence[Node]
+    attrs: dict[int, dict] = field(default_factory=dict)
+    times: dict[int, tuple[float | None, float]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.attrs:
+            self.attrs = {n.id: attr_dict(n) for n in self.nodes}
+        if not self.times:
+            self.times = {n.id: node_times(n, self.attrs[n.id]) for n in self.nodes}
+
+    def start(self) -> float:
+        return min((s for s, _ in self.times.values() if s is not None), default=0.0)
+
+
+Key = tuple[int, int]  # (rank, node id)
+
+
+@dataclass
+class Peers:
+    """What matching found: ``columns`` (each the members of one collective, or a send and
+    its receive, as keys), each matched node's ``wait_us`` / ``transfer_us``, the ``unknown``
+    communication nodes (members not all recorded), the clock ``offsets_us`` applied per rank
+    (subtracted from its times), and notes for the user."""
+
+    columns: list[list[Key]] = field(default_factory=list)
+    wait_us: dict[Key, float] = field(default_factory=dict)
+    transfer_us: dict[Key, float] = field(default_factory=dict)
+    unknown: set[Key] = field(default_factory=set)
+    offsets_us: dict[int, float] = field(default_factory=dict)
+    clock_residual_us: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def column_of(self) -> dict[Key, int]:
+        return {key: i for i, column in enumerate(self.columns) for key in column}
+
+    def last_arrival(self, column: Sequence[Key]) -> Key:
+        """The member the others waited for (no wait of its own)."""
+        return min(column, key=lambda k: (self.wait_us[k], k))
+
+
+def ranks_at_least(ranks: Sequence[Rank]) -> int:
+    """The smallest run the ranks present can be from (where no ET states ``world_size``)."""
+    return max((r.rank for r in ranks), default=-1) + 1
+
+
+def _collectives(rank: Rank) -> list[tuple[str, Node]]:
+    found = []
+    for node in rank.nodes:
+        if node.type != COMM_COLL or rank.times[node.id][0] is None:
+            continue
+        a = rank.attrs[node.id]
+        found.append((str(value_of(a["pg_name"])) if "pg_name" in a else "", node))
+    found.sort(key=lambda gn: (rank.times[gn[1].id][0], gn[1].id))
+    return found
+
+
+def match(ranks: Sequence[Rank], groups: Mapping[str, Sequence[int]], world: int) -> Peers:
+    """Collectives and send / receive pairs matched across the ranks given (module docstring)."""
+    peers = Peers()
+    present = {r.rank: r for r in ranks}
+    by_group: dict[str, dict[int, list[Node]]] = defaultdict(dict)
+    for r in ranks:
+        for group, node in _collectives(r):
+            by_group[group].setdefault(r.rank, []).append(node)
+    for group, per_rank in by_group.items():
+        members = list(groups[group]) if group in groups else (
+            list(range(world)) if group in ALL_RANKS else None)
+        missing = [m for m in members if m not in present] if members is not None else None
+        counts = {rank: len(seq) for rank, seq in per_rank.items()}
+        if members is None or missing or len(set(counts.values())) > 1 or len(counts) < 2:
+            for rank, seq in per_rank.items():
+                peers.unknown.update((rank, n.id) for n in seq)
+            if members is None:
+                why = "its members are not known (no comm_group.json entry)"
+            elif missing:
+                why = f"{len(missing)} of its {len(members)} members were not recorded"
+            elif len(counts) < 2:
+                why = "only one member holds it"
+            else:
+                why = f"its members recorded different numbers of collectives {counts}"
+            peers.notes.append(f"process group {group or 'of all ranks'!r}: "
+                               f"{sum(counts.values())} collectives keep their recorded time "
+                               f"(wait for peers unknown): {why}")
+            continue
+        ranks_in = sorted(per_rank)
+        for column in zip(*(per_rank[rank] for rank in ranks_in)):
+            peers.columns.append([(rank, node.id) for rank, node in zip(ranks_in, column)])
+    _match_sends(ranks, peers)
+    return peers
+
+
+def _match_sends(ranks: Sequence[Rank], peers: Peers) -> None:
+    sides: dict[tuple[int, int, int], dict[int, list]] = defaultdict(lambda: defaultdict(list))
+    present = {r.rank for r in ranks}
+    for r in ranks:
+        for node in r.nodes:
+            if node.type not in (COMM_SEND, COMM_RECV) or r.times[node.id][0] is None:
+                continue
+            a = r.attrs[node.id]
+            if "comm_src" not in a or "comm_dst" not in a:
+                peers.unknown.add((r.rank, node.id))
+                continue
+            key = (int(value_of(a["comm_src"])), int(value_of(a["comm_dst"])),
+                   int(value_of(a["comm_tag"])) if "comm_tag" in a else 0)
+            sides[key][node.type].append((r.times[node.id][0], node.id, r.rank))
+    for (src, dst, _), by_type in sides.items():
+        sends, recvs = sorted(by_type.get(COMM_SEND, ())), sorted(by_type.get(COMM_RECV, ()))
+        if src not in present or dst not in present or len(sends) != len(recvs):
+            peers.unknown.update((rank, nid) for _, nid, rank in (*sends, *recvs))
+            continue
+        for (_, send_id, send_rank), (_, recv_id, recv_rank) in zip(sends, recvs):
+            peers.columns.append([(send_rank, send_id), (recv_rank, recv_id)])
+
+
+def clock_offsets(ranks: Sequence[Rank], peers: Peers) -> None:
+    """Each rank's clock offset from the ends of the matched symmetric collectives (module
+    docstring); sets ``peers.offsets_us`` and ``clock_residual_us``."""
+    by_rank = {r.rank: r for r in ranks}
+    ends: list[dict[int, float]] = []
+    for column in peers.columns:
+        if len(column) < 2:
+            continue
+        rank0, nid0 = column[0]
+        a = by_rank[rank0].attrs[nid0]
+        if "comm_type" in a and int(value_of(a["comm_type"])) in SYMMETRIC:
+            ends.append({rank: sum(by_rank[rank].times[nid]) for rank, nid in column})
+    residuals: dict[int, list[float]] = defaultdict(list)
+    for column_ends in ends:
+        middle = statistics.median(column_ends.values())
+        for rank, end in column_ends.items():
+            residuals[rank].append(end - middle)
+    offsets = {rank: statistics.median(values) for rank, values in residuals.items()}
+    spread = _spread(ends, {})
+    corrected = _spread(ends, offsets)
+    if offsets and max(abs(v) for v in offsets.values()) > max(spread, 1.0) * 3 and corrected < spread:
+        peers.offsets_us = offsets
+        peers.clock_residual_us = corrected
+        peers.notes.append("ranks' clocks disagree: offsets (us) " + ", ".join(
+            f"rank {rank} {value:+,.1f}" for rank, value in sorted(offsets.items()))
+            + f" taken from {len(ends)} collectives' ends (residual {corrected:,.1f} us)")
+    else:
+        peers.clock_residual_us = spread
+    if ends and peers.clock_residual_us > 1000:
+        peers.notes.append(f"collectives' ends do not line up across ranks (median distance "
+                           f"{peers.clock_residual_us:,.0f} us after clock correction): the "
+                           f"matching or the clocks are wrong; waits may be too")
+
+
+def _spread(ends: list[dict[int, float]], offsets: Mapping[int, float]) -> float:
+    distances = []
+    for column_ends in ends:
+        shifted = {rank: end - offsets.get(rank, 0.0) for rank, end in column_ends.items()}
+        middle = statistics.median(shifted.values())
+        distances += [abs(end - middle) for end in shifted.values()]
+    return statistics.median(distances) if distances else 0.0
+
+
+def split(ranks: Sequence[Rank], peers: Peers) -> None:
+    """Each matched node's peer wait and transfer (us), on the corrected clocks."""
+    by_rank = {r.rank: r for r in ranks}
+    for column in peers.columns:
+        starts = {}
+        for rank, nid in column:
+            start, _ = by_rank[rank].times[nid]
+            starts[(rank, nid)] = start - peers.offsets_us.get(rank, 0.0)
+        last = max(starts.values())
+        for key, start in starts.items():
+            dur = by_rank[key[0]].times[key[1]][1]
+            wait = min(max(last - start, 0.0), dur)
+            peers.wait_us[key] = wait
+            peers.transfer_us[key] = dur - wait
+
+
+def analyse(ranks: Sequence[Rank], groups: Mapping[str, Sequence[int]] | None = None,
+            world: int | None = None) -> Peers:
+    """match, clock_offsets and split, for the ranks of one run."""
+    peers = match(ranks, dict(groups or {}), world or ranks_at_least(ranks))
+    clock_offsets(ranks, peers)
+    split(ranks, peers)
+    return peers
+
+
+GROUPS_FILE = "comm_group.json"
+
+
+def read_run(paths: Sequence, read=None) -> tuple[list[Rank], dict[str, list[int]], int]:
+    """The ETs of one run as Ranks (rank from each file's metadata, else its position), the
+    process groups from ``comm_group.json`` beside the first file, and the run's size: the
+    largest ``world_size`` an ET states, else the smallest that holds the ranks present."""
+    from pathlib import Path
+
+    import orjson
+
+    from . import etio
+
+    ranks, world = [], 0
+    for position, path in enumerate(paths):
+        et = (read or etio.read_et)(path)
+        meta = {a.name: value_of(a) for a in et.metadata.attr}
+        rank = int(meta["rank"]) if isinstance(meta.get("rank"), int) else position
+        world = max(world, int(meta["world_size"]) if isinstance(meta.get("world_size"), int) else 0)
+        ranks.append(Rank(rank, str(path), et.nodes))
+    groups: dict[str, list[int]] = {}
+    beside = Path(str(paths[0])).parent / GROUPS_FILE if paths else None
+    if beside is not None and beside.exists():
+        try:
+            loaded = orjson.loads(beside.read_bytes())
+        except orjson.JSONDecodeError as exc:
+            raise ValueError(f"{beside}: not JSON ({exc}); expected a process group -> ranks "
+                             f"object") from None
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{beside}: expected a process group -> ranks object")
+        groups = {str(k): [int(m) for m in v] for k, v in loaded.items()}
+    return ranks, groups, world or ranks_at_least(ranks)
