@@ -256,11 +256,7 @@ def whatif(files: tuple[str, ...], comm: tuple[str, ...], compute: str | None,
         elsewhere = None
         if comm_from is not None:
             theirs = run_peers.read_run(list(_et_files((comm_from,))))
-            by_rank = model.run_comm_times(theirs[0], run_peers.analyse(*theirs))
-            lacking = [r.path for r in ranks if r.rank not in by_rank]
-            if lacking:
-                _fail(f"{comm_from}: no ET for the rank of {lacking[0]}")
-            elsewhere = by_rank
+            elsewhere = model.run_comm_times(theirs[0], run_peers.analyse(*theirs))
         if chosen is not None and not chosen & {r.rank for r in ranks}:
             _fail(f"--ranks {only}: none of these ranks is among the ETs given "
                   f"({', '.join(str(r.rank) for r in ranks)})")
@@ -299,35 +295,32 @@ def _parse_ranks(text: str | None) -> set[int] | None:
 @click.option("--compute", metavar="FACTOR", help="As whatif's, for compute.")
 @click.option("--comm-from", "comm_from", type=click.Path(exists=True, file_okay=False),
               help="As whatif's: collectives as measured in another conversion of the program.")
+@click.option("--ranks", "only", metavar="LIST",
+              help="As whatif's: apply --comm / --compute to these ranks only.")
 @click.option("--no-flows", is_flag=True, help="Leave out the dependency arrows between lanes.")
 def timeline(files: tuple[str, ...], output: str, comm: tuple[str, ...], compute: str | None,
-             comm_from: str | None, no_flows: bool) -> None:
+             comm_from: str | None, only: str | None, no_flows: bool) -> None:
     """Draw converted ETs for Perfetto (ui.perfetto.dev) or chrome://tracing: a process per
-    rank, a track per thread and stream, gaps apart, dependencies as arrows, the critical path
-    on its own track; with --comm / --compute / --comm-from, the predicted schedule beside."""
+    rank, a track per thread and stream, gaps and collectives' waits for peers apart,
+    dependencies as arrows, the critical path on its own track; with --comm / --compute /
+    --comm-from, the schedule predicted with the ranks replayed together, beside."""
     from chakra_hooks.converter import etio
     from chakra_hooks.converter import timeline as draw
     from chakra_hooks.converter import whatif as model
 
     try:
         change = model.parse_change(comm, compute)
+        chosen = _parse_ranks(only)
     except ValueError as exc:
         _fail(str(exc))
     changing = bool(comm or compute or comm_from)
-    paths = list(_et_files(files))
-    theirs = {_rank_order(p)[1]: p for p in _et_files((comm_from,))} if comm_from else {}
-    ranks = []
-    for index, path in enumerate(paths):
-        rank = _rank_order(path)[1]
-        other = theirs.get(rank) if comm_from else None
-        if comm_from and other is None:
-            _fail(f"{comm_from}: no ET for the rank of {path}")
-        ranks.append((rank if rank >= 0 else index, path, other))
-    described = change.describe() + (f"; collectives as measured in {comm_from}"
-                                      if comm_from else "")
+    described = change.describe() + (f" on rank(s) {only}" if chosen is not None else "") + (
+        f"; collectives as measured in {comm_from}" if comm_from else "")
     try:
-        data, recorded, predicted = draw.draw_files(ranks, change if changing else None,
-                                                    described, flows=not no_flows)
+        data, recorded, predicted = draw.draw_files(
+            list(_et_files(files)), change if changing else None, described,
+            flows=not no_flows, only=chosen,
+            comm_from=list(_et_files((comm_from,))) if comm_from else None)
     except ValueError as exc:  # --comm-from: not the same program
         _fail(str(exc))
     # .gz: compressed at level 1, 3x faster than 6 for a file 15 % larger

@@ -234,6 +234,13 @@ def analyse(ranks: Sequence[Rank], groups: Mapping[str, Sequence[int]] | None = 
 GROUPS_FILE = "comm_group.json"
 
 
+def _rank_in_name(path, position: int) -> int:
+    """``<prefix>.<rank>.et`` (the reference converter's ETs carry no rank), else ``position``."""
+    stem = path.name.removesuffix(".gz").removesuffix(".et")
+    rank = stem.rpartition(".")[2]
+    return int(rank) if rank.isdigit() else position
+
+
 def read_run(paths: Sequence, read=None) -> tuple[list[Rank], dict[str, list[int]], int]:
     """The ETs of one run as Ranks (rank from each file's metadata, else its position), the
     process groups from ``comm_group.json`` beside the first file, and the run's size: the
@@ -248,7 +255,8 @@ def read_run(paths: Sequence, read=None) -> tuple[list[Rank], dict[str, list[int
     for position, path in enumerate(paths):
         et = (read or etio.read_et)(path)
         meta = {a.name: value_of(a) for a in et.metadata.attr}
-        rank = int(meta["rank"]) if isinstance(meta.get("rank"), int) else position
+        rank = int(meta["rank"]) if isinstance(meta.get("rank"), int) else _rank_in_name(
+            Path(str(path)), position)
         world = max(world, int(meta["world_size"]) if isinstance(meta.get("world_size"), int) else 0)
         ranks.append(Rank(rank, str(path), et.nodes))
     groups: dict[str, list[int]] = {}

@@ -67,6 +67,9 @@ class RankTimeline:
     by_replay: bool  # laid out by replay (the ET had no times)
     values: dict[int, dict] = field(default_factory=dict)  # node_values
     stuck: int = 0  # nodes on or behind a dependency cycle (replay only), drawn after the end
+    # The part of matched collectives spent waiting for a peer (converter/peers.py), drawn on
+    # a track of its own beside the collective's lane ("<lane> peer wait").
+    waits: list[Slice] = field(default_factory=list)
 
 
 def schedule(rank: int, path: str, nodes: Sequence[Node], dur: dict[int, float] | None = None,
@@ -114,6 +117,43 @@ def schedule(rank: int, path: str, nodes: Sequence[Node], dur: dict[int, float] 
         at = via.get(at)
     critical.reverse()
     return RankTimeline(rank, path, slices, critical, total, by_replay, values, stuck)
+
+
+def add_waits(tl: RankTimeline, waits: dict[int, float]) -> None:
+    """The peer wait (node id -> us) at the start of each collective's slice, apart."""
+    for nid, wait in waits.items():
+        s = tl.slices.get(nid)
+        if s is not None and wait > 0:
+            tl.waits.append(Slice(s.node, s.start, min(round(wait * PS_PER_US), s.dur),
+                                  f"{s.lane} peer wait"))
+
+
+def from_run(rank: int, path: str, nodes: Sequence[Node], values: dict[int, dict],
+             replayed: dict[int, tuple[float, float, float]], origin_ps: int,
+             predicted_us: float) -> RankTimeline:
+    """One rank's nodes as the run's replay placed them (``whatif.Schedule.of_rank``: finish,
+    duration, wait, us from the run's first start at ``origin_ps``), its critical path the
+    rank's longest chain of its own nodes, its collectives' waits apart; ``predicted_us``: the
+    rank's span in that replay."""
+    slices = {}
+    for node in nodes:
+        if node.id not in replayed:
+            continue
+        finish, took, _ = replayed[node.id]
+        length = round(took * PS_PER_US)
+        slices[node.id] = Slice(node, origin_ps + round(finish * PS_PER_US) - length, length,
+                                _lane(values[node.id]))
+    dur = {nid: took for nid, (_, took, _) in replayed.items()}
+    finish, via = critical_path(nodes, dur)
+    critical: list[int] = []
+    at = max(finish, key=finish.get) if finish else None
+    while at is not None:
+        critical.append(at)
+        at = via.get(at)
+    critical.reverse()
+    tl = RankTimeline(rank, path, slices, critical, predicted_us, True, values)
+    add_waits(tl, {nid: wait for nid, (_, _, wait) in replayed.items()})
+    return tl
 
 
 def node_values(nodes: Sequence[Node]) -> dict[int, dict[str, object]]:
@@ -272,6 +312,13 @@ def _draw(w: _Writer, pid: int, tl: RankTimeline, flows: bool) -> dict[int, tupl
             args[s.node.id] = _args(tl, s, critical)
             w.slice(pid, tid, s, args[s.node.id])
             where[s.node.id] = (pid, tid, s)
+    waits: dict[str, list[Slice]] = defaultdict(list)
+    for s in tl.waits:
+        waits[s.lane].append(s)
+    for name, group in waits.items():
+        for s, sub in zip(group, _place(group)):
+            tid = w.track(pid, name if sub == 0 else f"{name} ({sub + 1})")
+            w.slice(pid, tid, s, {**_args(tl, s, set()), "peer_wait_us": s.dur / PS_PER_US})
     path = [tl.slices[n] for n in tl.critical if n in tl.slices]
     for s, sub in zip(path, _place(path)):
         tid = w.track(pid, CRITICAL_TRACK if sub == 0 else f"{CRITICAL_TRACK} ({sub + 1})")
@@ -308,39 +355,45 @@ def build(recorded: Sequence[RankTimeline], predicted: Sequence[RankTimeline] = 
     for tl in predicted:
         pid = PREDICTED_PID_BASE + tl.rank
         w.process(pid, f"rank {tl.rank} what-if: {change}", pid,
-                  f"predicted critical path {tl.critical_us:,.3f} us")
+                  f"predicted span {tl.critical_us:,.3f} us (the ranks replayed together)")
         _draw(w, pid, tl, flows)
     return {"traceEvents": w.events, "displayTimeUnit": "ms",
             "otherData": {"producer": "chakra-hooks timeline", "origin_us": origin / PS_PER_US,
                           "what_if": change or None}}
 
 
-def draw_files(ranks: Sequence[tuple[int, Path, Path | None]], change: Change | None = None,
-               described: str = "", flows: bool = True
+def draw_files(paths: Sequence[Path], change: Change | None = None, described: str = "",
+               flows: bool = True, only: set[int] | None = None,
+               comm_from: Sequence[Path] | None = None
                ) -> tuple[bytes, list[RankTimeline], list[RankTimeline]]:
-    """The Chrome Trace Event JSON of ETs given as (rank, path, the other run's ET for
-    ``comm_from`` or None), with the schedule predicted under ``change`` when given (and
-    with each collective as measured in the other run's ET where one is given)."""
+    """The Chrome Trace Event JSON of the ETs of one run, each collective's wait for its peers
+    apart, with the schedule predicted under ``change`` (on the ranks in ``only``; with
+    ``comm_from``, the ETs of another run whose transfers the collectives take) when given:
+    the ranks replayed together, as ``whatif`` does."""
     from chakra_hooks.linker.gc_pause import gc_paused
 
-    from . import etio, whatif
-    from .attrs import attr_dict
-    from .stats import node_times
+    from . import peers as run_peers
+    from . import whatif
 
     recorded, predicted = [], []
     with gc_paused():  # millions of small objects, none in a reference cycle
-        for rank, path, other in ranks:
-            nodes = etio.read_et(path).nodes
-            values = node_values(nodes)
-            recorded.append(schedule(rank, str(path), nodes, values=values))
-            if change is None:
-                continue
-            elsewhere = (whatif.collective_durations(etio.read_et(other).nodes)
-                         if other is not None else None)
-            attrs = {n.id: attr_dict(n) for n in nodes}
-            times = {n.id: node_times(n, attrs[n.id]) for n in nodes}
-            _, changed = whatif.durations(nodes, attrs, times, change, elsewhere, str(path))
-            predicted.append(schedule(rank, str(path), nodes, changed, replay=True,
-                                      values=values))
+        ranks, groups, world = run_peers.read_run(list(paths))
+        peers = run_peers.analyse(ranks, groups, world)
+        values = [node_values(r.nodes) for r in ranks]
+        for r, v in zip(ranks, values):
+            tl = schedule(r.rank, r.path, r.nodes, values=v)
+            add_waits(tl, {nid: t for (rank, nid), t in peers.wait_us.items() if rank == r.rank})
+            recorded.append(tl)
+        if change is not None:
+            elsewhere = None
+            if comm_from is not None:
+                theirs = run_peers.read_run(list(comm_from))
+                elsewhere = whatif.run_comm_times(theirs[0], run_peers.analyse(*theirs))
+            run = whatif.replay_run(ranks, change, only, peers, elsewhere)
+            origin = min(r.start() - peers.offsets_us.get(r.rank, 0.0) for r in ranks)
+            for index, (r, v) in enumerate(zip(ranks, values)):
+                predicted.append(from_run(r.rank, r.path, r.nodes, v, run.after.of_rank(index),
+                                          round(origin * PS_PER_US),
+                                          run.ranks[index].predicted_us))
         doc = build(recorded, predicted, described if change is not None else "", flows)
         return orjson.dumps(doc), recorded, predicted

@@ -91,6 +91,8 @@ class RunWhatIf:
     matched: int  # collectives and send / receive pairs matched across ranks
     unknown: int  # communication nodes whose wait for peers is not known
     notes: list[str]
+    before: Schedule | None = None
+    after: Schedule | None = None
 
     def to_json(self) -> dict:
         return {"ranks": len(self.ranks), "span_us": round(self.span_us, 3),
@@ -171,6 +173,24 @@ def _path(nodes: Sequence[Node], dur: dict[int, float]) -> tuple[float, dict[str
 _STRIDE = 1 << 40  # key of a node in the run: rank index * _STRIDE + node id
 
 
+@dataclass
+class Schedule:
+    """A replay of the run: per node key (rank index * _STRIDE + node id), its finish (us
+    from the run's first start), the node that decided its start, its duration as replayed
+    (a matched collective: its wait for peers and its transfer) and that wait."""
+
+    finish: dict[int, float]
+    via: dict[int, int]
+    took: dict[int, float]
+    waited: dict[int, float]
+    notes: list[str]
+
+    def of_rank(self, index: int) -> dict[int, tuple[float, float, float]]:
+        """Node id -> (finish, duration, wait) of one rank's nodes."""
+        return {key - index * _STRIDE: (t, self.took.get(key, 0.0), self.waited.get(key, 0.0))
+                for key, t in self.finish.items() if key // _STRIDE == index}
+
+
 def replay_run(ranks: Sequence[run_peers.Rank], change: Change = Change(),
                only: set[int] | None = None, peers: run_peers.Peers | None = None,
                comm_from: Mapping[int, Sequence[float]] | None = None,
@@ -189,6 +209,8 @@ def replay_run(ranks: Sequence[run_peers.Rank], change: Change = Change(),
             change_here = per_rank.get(r.rank, Change())
         mine, theirs = durations(r.nodes, r.attrs, r.times, change_here)
         elsewhere = comm_from.get(r.rank) if comm_from is not None else None
+        if comm_from is not None and elsewhere is None:
+            raise ValueError(f"{r.path}: the other run has no ET of rank {r.rank}")
         if elsewhere is not None:
             ordered = collectives_in_order(r.nodes, r.times)
             if len(ordered) != len(elsewhere):
@@ -225,7 +247,7 @@ def replay_run(ranks: Sequence[run_peers.Rank], change: Change = Change(),
     run_after = max((_rank_end(after, i) for i in range(len(ranks))), default=0.0)
     return RunWhatIf(out, max(ends, default=0.0) - min(starts, default=0.0), run_before,
                      run_after, len(peers.columns), len(peers.unknown),
-                     peers.notes + before[3] + after[3])
+                     peers.notes + before.notes + after.notes, before, after)
 
 
 @dataclass
@@ -288,17 +310,14 @@ def _bases(ranks: Sequence[run_peers.Rank], peers: run_peers.Peers) -> list[floa
     return [s - first for s in starts]
 
 
-def _rank_end(schedule: tuple, index: int) -> float:
-    finish = schedule[0]
-    return max((t for key, t in finish.items() if key // _STRIDE == index), default=0.0)
+def _rank_end(schedule: Schedule, index: int) -> float:
+    return max((t for key, t in schedule.finish.items() if key // _STRIDE == index), default=0.0)
 
 
 def _schedule(ranks: Sequence[run_peers.Rank], peers: run_peers.Peers, base: list[float],
-              dur: dict[int, float], transfer: dict[int, float]
-              ) -> tuple[dict[int, float], dict[int, int], dict[int, float], list[str]]:
-    """Earliest finish of every node of the run, the node that decided each one's start, each
-    node's duration as replayed (a matched collective: its wait and transfer), and notes.
-    Kahn's algorithm over every rank's dependencies; a matched collective's members are held
+              dur: dict[int, float], transfer: dict[int, float]) -> Schedule:
+    """The run's replay (``Schedule``) with durations ``dur`` and matched collectives'
+    ``transfer``s. Kahn's algorithm over every rank's dependencies; a matched collective's members are held
     until the last of them is ready, then each ends its own transfer after that moment. Where
     ranks' orders contradict each other (no schedule lets every member arrive), the
     collectives still held are released one by one as one-rank nodes, and that is noted."""
@@ -322,6 +341,7 @@ def _schedule(ranks: Sequence[run_peers.Rank], peers: run_peers.Peers, base: lis
     finish: dict[int, float] = {}
     via: dict[int, int] = {}
     took: dict[int, float] = {}
+    waited: dict[int, float] = {}
     arrived: dict[int, dict[int, float]] = defaultdict(dict)  # column -> member -> ready time
     released: set[int] = set()
     notes: list[str] = []
@@ -365,6 +385,7 @@ def _schedule(ranks: Sequence[run_peers.Rank], peers: run_peers.Peers, base: lis
                     else:
                         via.pop(member, None)
                 took[member] = last - when + transfer.get(member, 0.0)
+                waited[member] = last - when
                 done(member, last + transfer.get(member, 0.0))
         held = [c for c, members in arrived.items() if c not in released
                 and len(members) < len(peers.columns[c])]
@@ -378,13 +399,13 @@ def _schedule(ranks: Sequence[run_peers.Rank], peers: run_peers.Peers, base: lis
         for member, when in arrived[c].items():
             took[member] = dur.get(member, 0.0)
             done(member, when + took[member])
-    return finish, via, took, notes
+    return Schedule(finish, via, took, waited, notes)
 
 
-def _made_of(ranks: Sequence[run_peers.Rank], schedule: tuple, index: int,
+def _made_of(ranks: Sequence[run_peers.Rank], schedule: Schedule, index: int,
              dur: dict[int, float]) -> dict[str, float]:
     """The critical path that ends rank ``index`` by kind; ``peer``: time on other ranks."""
-    finish, via, took, _ = schedule
+    finish, via, took = schedule.finish, schedule.via, schedule.took
     made_of = dict.fromkeys(RUN_KINDS, 0.0)
     mine = [key for key in finish if key // _STRIDE == index]
     if not mine:
