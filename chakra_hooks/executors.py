@@ -2,7 +2,7 @@
 
 Both run the same two rounds of plain functions on plain arguments: one task per rank job
 (:func:`chakra_hooks.convert.convert_job`), then, for ``--target astra-sim``, one task per rank
-rewriting that rank's collectives (converter/targets/astra_sim ``rewrite_collectives``); the
+rewriting that rank's collectives (converter/targets/run_files.py ``rewrite_collectives``); the
 driver only hands out job descriptions and gathers small results (summaries, the
 collectives' nodes). Progress is counted in ranks in one bar: fractions of a job from local
 workers, whole jobs from Ray.

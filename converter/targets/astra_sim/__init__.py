@@ -28,6 +28,7 @@ from chakra_hooks.converter.schema import COMM_TYPE_NAMES, NODE_TYPE_NAMES
 from chakra_hooks.linker.enrich.gaps import GAP_NAME, add_gaps, add_window_anchor
 from chakra_hooks.linker.model import CommType, LinkedTrace, Op, OpKind
 
+from ..run_files import rewrite_run
 from . import network
 
 NEEDS_RUN_COLLECTIVES = True
@@ -122,9 +123,8 @@ def finish_run(staging: str, results: list, groups: dict[int, list[int]], option
     """Make the staged ETs agree across ranks as ASTRA-sim needs (run_rules.py), in a second
     round: the plan is made here from the communication the workers handed over (each rank's
     COMM_COLL nodes, and its sends and receives for the network), and each rank's file is
-    rewritten by a task of ``runner``
-    (:func:`rewrite_collectives`), which replaces those records and copies every other one as
-    written. Only the collectives travel, never whole ETs. Returns the renumbered groups."""
+    rewritten by a task of ``runner`` (converter/targets/run_files.py). Returns the renumbered
+    groups."""
     from chakra_hooks.converter import etio
 
     from . import run_rules
@@ -136,15 +136,7 @@ def finish_run(staging: str, results: list, groups: dict[int, list[int]], option
     transfer = run_rules.one_at_a_time(nodes, transfer)
     run_rules.align_windows(nodes, note)
     _write_network(staging, nodes, new_groups, len(results), transfer)
-    tasks = []
-    for result in results:
-        bodies = [(index, node.SerializeToString())
-                  for (index, _), node in zip(result.collectives, nodes.pop(result.rank))]
-        tasks.append((f"{staging}/{result.files[0]}",
-                      f"{staging}/{result.files[1]}" if options.write_json else None,
-                      bodies, result.others_tally))
-    for result, summary in zip(results, runner.map(rewrite_collectives, tasks)):
-        result.summary = summary
+    rewrite_run(staging, results, nodes, options, runner)
     return new_groups
 
 
@@ -184,31 +176,3 @@ def _write_network(staging: str, nodes: dict[int, list], groups: dict[int, list[
         Path(where, network.SYSTEM_FILE).write_bytes(
             orjson.dumps(network.SYSTEM, option=orjson.OPT_INDENT_2))
         Path(where, network.MEMORY_FILE).write_bytes(orjson.dumps(network.MEMORY))
-
-
-def rewrite_collectives(path: str, json_path: str | None, bodies: list[tuple[int, bytes]],
-                        others_tally) -> dict[str, object]:
-    """Put a rank's new collective records (``bodies``: place among the file's nodes, record)
-    in place of the old ones in the ET at ``path`` (and its JSON twin); returns the file's
-    summary: ``others_tally`` (the worker's count of every other node) plus the new records.
-    One file is in memory at a time. Runs in a worker."""
-    from chakra_hooks.converter import etio, summary
-    from chakra_hooks.converter.schema import GlobalMetadata, Node
-    from chakra_hooks.converter.wire import encode_varint
-
-    name = Path(path).name
-    with storage.local_copy(path) as local:
-        buf, compressed = etio.read_bytes(local)
-        frames = etio.split_frames(buf, local)
-        del buf
-        tally = summary.Tally()
-        tally.merge(others_tally)
-        for index, body in bodies:
-            frames[index + 1] = encode_varint(len(body)) + body
-            tally.add_node(Node.FromString(body), name, index, check=False)
-        etio.atomic_write(local, frames, compressed)
-    metadata = GlobalMetadata.FromString(etio.frame_body(frames[0]))
-    if json_path is not None:
-        with storage.local_copy(json_path) as local_json:
-            etio.write_workload_json(local_json, etio.decode_frames(frames, path)[1])
-    return tally.summary(name, metadata.version, summary.metadata_values(metadata)).to_json()

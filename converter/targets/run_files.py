@@ -1,0 +1,53 @@
+"""Rewriting staged ETs after the rules across ranks (a target's ``finish_run``): the plan is
+made in the main process from the communication nodes the workers handed over, and each rank's
+file is rewritten by a task of the conversion's runner (:func:`rewrite_collectives`), which
+replaces those records and copies every other one as written. Only the communication nodes
+travel, never whole ETs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from chakra_hooks import storage
+
+
+def rewrite_run(staging: str, results: list, nodes: dict, options, runner) -> None:
+    """Write each rank's ``nodes`` (its handed-over communication nodes, changed, in the order
+    handed over) back into its staged ET, and set its summary anew. Empties ``nodes``."""
+    tasks = []
+    for result in results:
+        bodies = [(index, node.SerializeToString())
+                  for (index, _), node in zip(result.collectives, nodes.pop(result.rank))]
+        tasks.append((f"{staging}/{result.files[0]}",
+                      f"{staging}/{result.files[1]}" if options.write_json else None,
+                      bodies, result.others_tally))
+    for result, summary in zip(results, runner.map(rewrite_collectives, tasks)):
+        result.summary = summary
+
+
+def rewrite_collectives(path: str, json_path: str | None, bodies: list[tuple[int, bytes]],
+                        others_tally) -> dict[str, object]:
+    """Put a rank's new collective records (``bodies``: place among the file's nodes, record)
+    in place of the old ones in the ET at ``path`` (and its JSON twin); returns the file's
+    summary: ``others_tally`` (the worker's count of every other node) plus the new records.
+    One file is in memory at a time. Runs in a worker."""
+    from chakra_hooks.converter import etio, summary
+    from chakra_hooks.converter.schema import GlobalMetadata, Node
+    from chakra_hooks.converter.wire import encode_varint
+
+    name = Path(path).name
+    with storage.local_copy(path) as local:
+        buf, compressed = etio.read_bytes(local)
+        frames = etio.split_frames(buf, local)
+        del buf
+        tally = summary.Tally()
+        tally.merge(others_tally)
+        for index, body in bodies:
+            frames[index + 1] = encode_varint(len(body)) + body
+            tally.add_node(Node.FromString(body), name, index, check=False)
+        etio.atomic_write(local, frames, compressed)
+    metadata = GlobalMetadata.FromString(etio.frame_body(frames[0]))
+    if json_path is not None:
+        with storage.local_copy(json_path) as local_json:
+            etio.write_workload_json(local_json, etio.decode_frames(frames, path)[1])
+    return tally.summary(name, metadata.version, summary.metadata_values(metadata)).to_json()
