@@ -199,7 +199,9 @@ def stats(files: tuple[str, ...], as_json: bool) -> None:
         waits = {nid: t for (rank, nid), t in peers.wait_us.items() if rank == r.rank}
         transfers = {nid: t for (rank, nid), t in peers.transfer_us.items() if rank == r.rank}
         unknown = sum(1 for rank, _ in peers.unknown if rank == r.rank)
-        ranks.append(measure.rank_stats(r.path, r.nodes, waits, transfers, unknown))
+        matched = bool(waits) or unknown > 0  # a rank without communication says nothing
+        ranks.append(measure.rank_stats(r.path, r.nodes, waits if matched else None, transfers,
+                                        unknown))
     late = model.straggler(run, peers) if len(run) > 1 and peers.columns else None
     if as_json:
         for r in ranks:

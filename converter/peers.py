@@ -118,6 +118,9 @@ def match(ranks: Sequence[Rank], groups: Mapping[str, Sequence[int]], world: int
             list(range(world)) if group in ALL_RANKS else None)
         missing = [m for m in members if m not in present] if members is not None else None
         counts = {rank: len(seq) for rank, seq in per_rank.items()}
+        if members is not None and not missing and len(members) == 1:  # a run of one: no peer
+            peers.columns += [[(members[0], n.id)] for n in per_rank.get(members[0], ())]
+            continue
         if members is None or missing or len(set(counts.values())) > 1 or len(counts) < 2:
             for rank, seq in per_rank.items():
                 peers.unknown.update((rank, n.id) for n in seq)
@@ -220,6 +223,28 @@ def split(ranks: Sequence[Rank], peers: Peers) -> None:
             wait = min(max(last - start, 0.0), dur)
             peers.wait_us[key] = wait
             peers.transfer_us[key] = dur - wait
+
+
+WAIT_ATTR, UNKNOWN_ATTR = "peer_wait_ns", "peer_wait_unknown"
+
+
+def annotate(run: Mapping[int, Sequence[Node]], groups: Mapping[str, Sequence[int]],
+             world: int) -> Peers:
+    """At conversion, across the ranks' communication nodes (``run``: rank -> nodes): each
+    matched one gets ``peer_wait_ns`` (its wait for the last member; its transfer is its
+    duration minus that), each whose peers were not all recorded ``peer_wait_unknown``."""
+    from .attrs import make_attr
+
+    ranks = [Rank(rank, "", nodes) for rank, nodes in sorted(run.items())]
+    peers = analyse(ranks, groups, world)
+    for r in ranks:
+        for node in r.nodes:
+            key = (r.rank, node.id)
+            if key in peers.wait_us:
+                node.attr.append(make_attr(WAIT_ATTR, round(peers.wait_us[key] * 1000)))
+            elif key in peers.unknown:
+                node.attr.append(make_attr(UNKNOWN_ATTR, True))
+    return peers
 
 
 def analyse(ranks: Sequence[Rank], groups: Mapping[str, Sequence[int]] | None = None,

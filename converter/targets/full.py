@@ -9,7 +9,7 @@ from collections.abc import Callable
 from chakra_hooks.linker.enrich.gaps import add_gaps
 from chakra_hooks.linker.model import LinkedTrace, Op
 
-NEEDS_RUN_COLLECTIVES = False
+NEEDS_RUN_COLLECTIVES = True  # for converter/peers.py's peer_wait_ns
 FILES: tuple[str, ...] = ()
 COMM_GROUP_ALWAYS = False
 REFUSED_NODE_TYPES: frozenset[int] = frozenset()
@@ -28,4 +28,35 @@ def retarget(ops: list[Op], keep_mem: bool) -> list[Op]:
 
 def finish_run(staging: str, results: list, groups: dict[int, list[int]], options,
                note: Callable[[str], None], runner) -> dict[int, list[int]]:
-    return groups  # every group as recorded (torch's default group is "0")
+    """Each communication node's wait for its peers (converter/peers.py), written into the
+    staged ETs; returns every group as recorded (torch's default group is "0")."""
+    annotate_peers(staging, results, groups, options, note, runner)
+    return groups
+
+
+def annotate_peers(staging: str, results: list, groups: dict[int, list[int]], options,
+                   note: Callable[[str], None], runner) -> None:
+    """``peer_wait_ns`` / ``peer_wait_unknown`` on the communication nodes the workers handed
+    over, and the files rewritten."""
+    from chakra_hooks.converter import etio
+    from chakra_hooks.converter.targets.run_files import rewrite_run
+
+    if not any(r.collectives for r in results):
+        return
+    nodes = {r.rank: list(etio.decode_bodies([b for _, b in r.collectives])) for r in results}
+    peer_waits(results, groups, nodes, note)
+    rewrite_run(staging, results, nodes, options, runner)
+
+
+def peer_waits(results: list, groups: dict[int, list[int]], nodes: dict, note: Callable[[str], None]):
+    """converter/peers.py's ``annotate`` over the run's communication ``nodes`` (rank ->
+    nodes, changed in place), the run's size taken from the ETs' ``world_size``; the
+    matching's notes (clocks that disagree, groups not all recorded) said. Returns its Peers."""
+    from chakra_hooks.converter import peers
+
+    world = max([int(r.summary.get("metadata", {}).get("world_size") or 0) for r in results]
+                + [max((r.rank for r in results), default=-1) + 1])
+    found = peers.annotate(nodes, {str(k): v for k, v in groups.items()}, world)
+    for message in found.notes:
+        note(message)
+    return found

@@ -51,14 +51,15 @@ def test_network_is_fitted_to_transfers_not_to_waits_for_peers(corpus, tmp_path)
     """DLRM's collectives are 88-98 % waiting for the last peer (../shared/tools/peer-wait.py);
     ASTRA-sim makes members wait for each other itself, so the network is fitted to the time
     after the last member arrived. Fitted to whole durations it was 0.77 GB/s for 8 V100s."""
-    from chakra_hooks.converter.targets.astra_sim import run_rules
+    from chakra_hooks.converter import peers
 
     convert_paths([corpus / "pytorch" / "v100_dlrm_8rank"], tmp_path, target="astra-sim",
                   progress=False, warn=lambda _: None)
     text = (tmp_path / "astra_network.yml").read_text()
     assert float(re.search(r"bandwidth: \[ ([\d.e+]+) \]", text).group(1)) > 10
     run = {int(et.name.split(".")[1]): etio.read_et(et).nodes for et in tmp_path.glob("chakra.*.et")}
-    transfer = run_rules.transfer_times(run, {})
+    found = peers.analyse([peers.Rank(rank, "", nodes) for rank, nodes in run.items()])
+    transfer = found.transfer_us
     measured = {(rank, n.id): node_times(n, attr_dict(n))[1]
                 for rank, nodes in run.items() for n in nodes if n.type == 7}
     assert set(transfer) == set(measured)  # every collective paired with its peers

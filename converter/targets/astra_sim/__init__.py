@@ -28,6 +28,7 @@ from chakra_hooks.converter.schema import COMM_TYPE_NAMES, NODE_TYPE_NAMES
 from chakra_hooks.linker.enrich.gaps import GAP_NAME, add_gaps, add_window_anchor
 from chakra_hooks.linker.model import CommType, LinkedTrace, Op, OpKind
 
+from ..full import peer_waits
 from ..run_files import rewrite_run
 from . import network
 
@@ -131,9 +132,8 @@ def finish_run(staging: str, results: list, groups: dict[int, list[int]], option
 
     nodes = {r.rank: list(etio.decode_bodies([body for _, body in r.collectives])) for r in results}
     new_groups = run_rules.harmonize(nodes, groups, note)
-    transfer = run_rules.transfer_times(nodes, new_groups)
-    transfer.update(run_rules.send_transfer_times(nodes))
-    transfer = run_rules.one_at_a_time(nodes, transfer)
+    found = peer_waits(results, new_groups, nodes, note)
+    transfer = run_rules.one_at_a_time(nodes, found.transfer_us)
     run_rules.align_windows(nodes, note)
     _write_network(staging, nodes, new_groups, len(results), transfer)
     rewrite_run(staging, results, nodes, options, runner)
@@ -144,7 +144,7 @@ def _write_network(staging: str, nodes: dict[int, list], groups: dict[int, list[
                    ranks: int, transfer: dict[tuple[int, int], float]) -> None:
     """ASTRA-sim's network fitted to the run's measured collectives, and the system layer the
     fit assumes (network.py), beside the ETs. Each collective counts for its transfer, the
-    time after its last member arrived (run_rules.transfer_times): ASTRA-sim makes every
+    time after its last member arrived (converter/peers.py): ASTRA-sim makes every
     member wait for the others itself, and a network fitted to the waits too would count
     them twice (a DDP run simulated at 1.44x its span)."""
     from chakra_hooks.converter.attrs import attr_dict, value_of

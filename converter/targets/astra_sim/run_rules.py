@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from chakra_hooks.converter.attrs import attr_dict, make_attr, value_of
 from chakra_hooks.converter.graph import round_us
-from chakra_hooks.converter.schema import (COMM_COLL, COMM_RECV, COMM_SEND, COMP,
+from chakra_hooks.converter.schema import (COMM_COLL, COMM_SEND, COMP,
                                            CollectiveCommType, Node)
 ALL_RANKS = ""  # pg_name for the whole run
 
@@ -290,62 +290,6 @@ def _equalize(column: Sequence[Collective], warn: Callable[[str], None]) -> None
                     attr.int64_val = largest
             coll.node.attr.append(make_attr("comm_size_local", coll.size))
             coll.size = largest
-
-
-def transfer_times(run: dict[int, Sequence[Node]], groups: dict[int, list[int]]
-                   ) -> dict[tuple[int, int], float]:
-    """(rank, node id) -> the part of a collective's measured time (us) after its last member
-    arrived: a collective cannot finish before every member started it, so a member's time
-    before that is waiting for a peer, not the network. Collectives pair up across the
-    members of their group in order (as harmonize leaves them); a collective whose group has
-    no other member here, or whose members' counts differ, keeps its whole time. The ranks'
-    clocks are taken to agree, as align_windows takes them."""
-    from chakra_hooks.converter.stats import node_times
-
-    out: dict[tuple[int, int], float] = {}
-    by_group = _sequences(run, {str(k): v for k, v in groups.items()})
-    for per_rank in by_group.values():
-        if len(per_rank) < 2 or len({len(seq) for seq in per_rank.values()}) > 1:
-            continue
-        ranks = list(per_rank)
-        for column in zip(*per_rank.values()):
-            times = [node_times(c.node, attr_dict(c.node)) for c in column]
-            if any(start is None for start, _ in times):
-                continue
-            last = max(start for start, _ in times)
-            for rank, coll, (start, dur) in zip(ranks, column, times):
-                out[(rank, coll.node.id)] = max(start + dur - last, 0.0)
-    return out
-
-
-def send_transfer_times(run: dict[int, Sequence[Node]]) -> dict[tuple[int, int], float]:
-    """(rank, send node id) -> the part of a send's measured time (us) after its receive was
-    posted too, as transfer_times does for collectives. The i-th send from a rank to a peer
-    with a tag pairs with the i-th receive of that peer from that rank with that tag, in start
-    order; a send whose peer has no file here is left out (its time is not known to be the
-    network's)."""
-    from chakra_hooks.converter.stats import node_times
-
-    ends: dict[tuple, dict[int, list]] = {}  # (src, dst, tag) -> {node type: [(start, dur, id)]}
-    for rank, nodes in run.items():
-        for node in nodes:
-            if node.type not in (COMM_SEND, COMM_RECV):
-                continue
-            attrs = attr_dict(node)
-            start, dur = node_times(node, attrs)
-            if start is None or "comm_src" not in attrs or "comm_dst" not in attrs:
-                continue
-            key = (int(value_of(attrs["comm_src"])), int(value_of(attrs["comm_dst"])),
-                   int(value_of(attrs["comm_tag"])) if "comm_tag" in attrs else 0)
-            if key[0 if node.type == COMM_SEND else 1] != rank:
-                continue
-            ends.setdefault(key, {}).setdefault(node.type, []).append((start, dur, node.id))
-    out: dict[tuple[int, int], float] = {}
-    for (src, _, _), sides in ends.items():
-        sends, recvs = sorted(sides.get(COMM_SEND, ())), sorted(sides.get(COMM_RECV, ()))
-        for (start, dur, node_id), (recv_start, _, _) in zip(sends, recvs):
-            out[(src, node_id)] = max(start + dur - max(start, recv_start), 0.0)
-    return out
 
 
 def align_windows(run: dict[int, list[Node]], warn: Callable[[str], None]) -> None:
