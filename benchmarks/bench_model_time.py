@@ -11,6 +11,9 @@
 - the ground-truth pair: examples/comm_volume.py recorded with 4, 64 and 256 MB of extra
   all-reduce; each run's ETs with the other run's measured collective times predict its span
   (ours = ``whatif --comm-from``, and ``et_paths.py swap``'s);
+- the ranks together: per rank the share of its collectives' time that waited for a peer
+  (ours, and ``peer-wait.py``'s from the raw Kineto files), the transfer, the straggler and its
+  slowdown S, and ``whatif --comm 0.25x`` / ``--comm 0`` over the run;
 - with ``--astra BIN``: ASTRA-sim (analytical, congestion unaware) on the ``--target
   astra-sim`` output with the network fitted by ``convert`` (``astra_network.yml``), then that
   network's bandwidth x4 and /4, and a 10^6 GB/s / 1 ns network.
@@ -166,8 +169,43 @@ def corpus_table(corpus: Path, names: list[str], astra: str | None) -> None:
                       f"{exposed / 1e3:,.3f} / {kin_exp} | "
                       f"{(zero.replayed_us - zero.predicted_us) / 1e3:,.3f} / "
                       f"{(path_us - zero_us) / 1e3:,.3f}", flush=True)
+            peer_row(name, out, kin)
             if astra:
                 astra_rows(name, corpus, inputs, Path(tmp), astra)
+
+
+def peer_row(name: str, out: Path, kineto: list[Path]) -> None:
+    """The run's ranks together (converter/peers.py): per rank the peer-wait share of its
+    collectives' time (and peer-wait.py's from the raw Kineto files, where the run has every
+    rank's), the transfer, the straggler and S, and whatif --comm 0.25x / 0 over the run."""
+    from chakra_hooks.converter import peers as run_peers
+
+    ranks, groups, world = run_peers.read_run(sorted(out.glob("*.et")))
+    found = run_peers.analyse(ranks, groups, world)
+    if not found.wait_us and not found.unknown:
+        return
+    theirs = []
+    if len(kineto) == len(ranks) > 1:
+        text = _tool("peer-wait.py", *map(str, kineto))
+        theirs = [float(m) for m in re.findall(r"peer wait share ([\d.]+)", text)]
+    cells = []
+    for i, r in enumerate(ranks):
+        wait = sum(t for (rank, _), t in found.wait_us.items() if rank == r.rank)
+        moved = sum(t for (rank, _), t in found.transfer_us.items() if rank == r.rank)
+        unknown = sum(1 for rank, _ in found.unknown if rank == r.rank)
+        checker = f" (checker {theirs[i]:.1%})" if theirs else ""
+        if wait + moved:
+            cells.append(f"r{r.rank} {wait / (wait + moved):.1%}{checker} transfer "
+                         f"{moved / 1e3:,.3f} ms" + (f", {unknown} unknown" if unknown else ""))
+        else:  # no member of its groups recorded them all
+            cells.append(f"r{r.rank} unknown for its {unknown}{checker}")
+    late = whatif.straggler(ranks, found) if found.columns and len(ranks) > 1 else None
+    runs = [whatif.replay_run(ranks, whatif.Change(comm=f), peers=found) for f in (0.25, 0.0)]
+    print(f"  peers {name}: peer wait share " + "; ".join(cells)
+          + (f" | straggler r{late.rank}, S = {late.slowdown:.3f}" if late and late.rank is not None
+             else "") + " | run whatif --comm 0.25x "
+          f"{runs[0].predicted_us / runs[0].replayed_us - 1:+.1%}, --comm 0 "
+          f"{runs[1].predicted_us / runs[1].replayed_us - 1:+.1%}", flush=True)
 
 
 def astra_rows(name: str, corpus: Path, inputs: list[str], tmp: Path, astra: str) -> None:
