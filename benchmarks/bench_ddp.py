@@ -29,6 +29,7 @@ from conservation import conservation  # noqa: E402
 
 from chakra_hooks.convert import convert_paths  # noqa: E402
 from chakra_hooks.converter import etio, whatif  # noqa: E402
+from chakra_hooks.converter import peers as run_peers  # noqa: E402
 from chakra_hooks.converter.stats import rank_stats  # noqa: E402
 
 ASTRA_RUN = REPO.parent / "shared" / "tools" / "astra-run"
@@ -87,15 +88,16 @@ def main() -> None:
                 print(f"{args.mode} {mb:g} MB: ASTRA-sim "
                       f"{found.group(2) + ' ms, ' + found.group(1) if found else 'failed'}")
         a, b = args.mb
-        for src, dst in ((a, b), (b, a)):
-            ranks = [whatif.replay(str(et), etio.read_et(et).nodes,
-                                   measured_elsewhere=whatif.collective_durations(
-                                       etio.read_et(outs[dst] / et.name).nodes))
-                     for et in sorted(outs[src].glob("*.et"))]
-            predicted = max(r.predicted_us for r in ranks) / 1e3
+        runs = {mb: run_peers.read_run(sorted(outs[mb].glob("*.et"))) for mb in (a, b)}
+        for src, dst in ((a, b), (b, a)):  # as `whatif --comm-from`: the ranks together
+            ranks, groups, world = runs[src]
+            theirs = runs[dst]
+            run = whatif.replay_run(ranks, peers=run_peers.analyse(ranks, groups, world),
+                                    comm_from=whatif.run_comm_times(
+                                        theirs[0], run_peers.analyse(*theirs)))
+            predicted = run.predicted_us / 1e3
             print(f"{src:g} MB with {dst:g} MB's collectives: predicted {predicted:.1f} ms, "
                   f"measured {span_ms(outs[dst]):.1f} ms ({predicted / span_ms(outs[dst]):.2f})")
-
 
 if __name__ == "__main__":
     main()

@@ -47,6 +47,12 @@ def record(root: Path, slows: tuple[int, ...]) -> list[Run]:
     return runs
 
 
+def mismatch(slow_run: Run, even_run: Run, slow: int) -> float:
+    """How far the pair is from differing in rank 1's compute only (0: not at all)."""
+    (a0, a1), (b0, b1) = slow_run.compute_ms(), even_run.compute_ms()
+    return max(abs(a0 / b0 - 1), abs(a1 / (slow * b1) - 1))
+
+
 def premise(slow_run: Run, even_run: Run, slow: int) -> str | None:
     """Why the pair is not the same program but for rank 1's compute, or None."""
     (a0, a1), (b0, b1) = slow_run.compute_ms(), even_run.compute_ms()
@@ -57,17 +63,17 @@ def premise(slow_run: Run, even_run: Run, slow: int) -> str | None:
     return None
 
 
-def record_pair(root: Path, slow: int = 3, attempts: int = 3) -> tuple[Run, Run, list[str]]:
+def record_pair(root: Path, slow: int = 3, attempts: int = 4) -> tuple[Run, Run, list[str]]:
     """A pair whose premise holds: each launch records SLOW, 1, SLOW, 1 (seconds apart, in the
     same processes: this shared machine's speed drifts by 10-50 % between launches) and the
-    neighbouring pair whose rank 0 computed most alike is taken; up to ``attempts`` launches.
+    neighbouring pair closest to the premise is taken; up to ``attempts`` launches.
     Also the reasons of the pairs given up on. The last pair is returned either way (check
     ``premise``)."""
     given_up = []
     for attempt in range(attempts):
         runs = record(root / f"attempt{attempt}", (slow, 1, slow, 1))
         pairs = [(runs[0], runs[1]), (runs[2], runs[1]), (runs[2], runs[3])]
-        best = min(pairs, key=lambda p: abs(p[0].compute_ms()[0] / p[1].compute_ms()[0] - 1))
+        best = min(pairs, key=lambda p: mismatch(*p, slow))
         why = premise(*best, slow)
         if why is None:
             return best[0], best[1], given_up

@@ -47,6 +47,21 @@ def test_fit_without_a_size_trend_keeps_a_bandwidth_to_change():
     assert fit([Sample(CommType.BROADCAST, 2**20, 2, 1e6)]).collectives == 0  # not simulated
 
 
+def test_two_noisy_sizes_leave_the_split_to_bandwidth():
+    """Two sizes are fitted exactly through both, whatever their noise: the split is kept only
+    where repeated measurements pin it down, else bandwidth takes what 500 ns leaves."""
+    def samples(small_us: list[float], large_us: list[float]) -> list[Sample]:
+        return ([Sample(CommType.ALL_REDUCE, 2**20, 2, t * 1e3) for t in small_us]
+                + [Sample(CommType.ALL_REDUCE, 6 * 2**20, 2, t * 1e3) for t in large_us])
+
+    steady = fit(samples([600, 610, 590], [3100, 3090, 3110]))
+    assert steady.latency_ns > 10_000  # pinned down: 1 MB in 600 us, 6 MB in 3,100 us
+    noisy = [fit(samples([780, 735, 3613], [6306, 5730, 5472])),
+             fit(samples([5382, 577, 5594], [5608, 7386, 2407]))]  # a straggler pair's transfers
+    assert all(n.latency_ns == 500 for n in noisy)
+    assert noisy[0].bandwidth_gbps == pytest.approx(noisy[1].bandwidth_gbps, rel=0.25)
+
+
 def test_network_is_fitted_to_transfers_not_to_waits_for_peers(corpus, tmp_path):
     """DLRM's collectives are 88-98 % waiting for the last peer (../shared/tools/peer-wait.py);
     ASTRA-sim makes members wait for each other itself, so the network is fitted to the time

@@ -24,7 +24,8 @@ nanosecond for N = 2, 4, 8, docs/model-time.md):
 The fit: least squares over every measured collective of every rank for the split between
 latency and bandwidth, then both scaled so that the modelled collectives add up to the
 measured total exactly. Where larger collectives were not slower (no split with a positive
-bandwidth), the latency is 500 ns and the bandwidth takes the rest, so that a bandwidth
+bandwidth), or only two sizes were measured and too noisily to split (``MAX_SPLIT_ERROR``), the
+latency is 500 ns and the bandwidth takes the rest, so that a bandwidth
 what-if still moves the collectives. A collective's measured time includes waiting for its slowest peer;
 ASTRA-sim models that wait itself, so on runs whose ranks are skewed the fitted network is
 slower than the real one (a simulated run still ends where the measured one did).
@@ -61,6 +62,13 @@ MEMORY_FILE, MEMORY = "astra_memory.json", {"memory-type": "NO_MEMORY_EXPANSION"
 FAST_GBPS = 1e6  # a network that is never the bottleneck, where nothing is left to fit
 POINT_TO_POINT = -1  # Sample.comm_type of a send and its receive (no CollectiveCommType)
 DEFAULT_GBPS, DEFAULT_NS = 50.0, 500.0  # astra-run's defaults, where nothing was measured
+# Collectives of only two sizes are fitted exactly through both, whatever their noise: there
+# the latency / bandwidth split is kept only where the repeated measurements pin it down (the
+# fitted inverse bandwidth's standard error at most this share of it). Otherwise bandwidth
+# alone takes what a 500 ns latency leaves (gloo all-reduces of 1 MB took 0.6 or 5.6 ms from
+# one step to the next on a 2-core machine, and the split swung the fitted bandwidth 4x
+# between recordings of one program).
+MAX_SPLIT_ERROR = 0.10
 
 
 @dataclass(frozen=True)
@@ -119,6 +127,7 @@ def modelled_ns(sample: Sample, bandwidth_gbps: float, latency_ns: float) -> flo
 
 def fit(samples: Iterable[Sample]) -> Network:
     """Latency and bandwidth that make the modelled collectives add up to the measured ones."""
+    samples = list(samples)
     rows = []  # (latency coefficient, inverse-bandwidth coefficient, time left to explain)
     for s in samples:
         coeff = coefficients(s.comm_type, s.npus)
@@ -134,6 +143,10 @@ def fit(samples: Iterable[Sample]) -> Network:
     if measured <= 0 or byte_total <= 0:  # nothing left for the network to explain
         return Network(FAST_GBPS, 0.0, len(rows), measured, 0.0)
     x_lat, x_inv = _least_squares(rows)
+    sizes = {(s.comm_type, s.size, s.npus) for s in samples
+             if s.size > 0 and coefficients(s.comm_type, s.npus)}
+    if len(sizes) < 3 and x_inv > 0 and _relative_error(rows, x_lat, x_inv) > MAX_SPLIT_ERROR:
+        x_lat, x_inv = 0.0, 0.0  # two sizes, too noisy for a split: see MAX_SPLIT_ERROR
     if x_inv <= 0:
         # Larger collectives were not slower (waits for peers dominate): bandwidth alone takes
         # what a 500 ns link latency leaves, so that a bandwidth what-if still moves them.
@@ -143,6 +156,21 @@ def fit(samples: Iterable[Sample]) -> Network:
         scale = measured / (x_lat * lat_total + x_inv * byte_total)  # totals agree exactly
         x_lat, x_inv = x_lat * scale, x_inv * scale
     return Network(1 / x_inv, x_lat, len(rows), measured, measured)
+
+
+def _relative_error(rows: list[tuple[float, float, float]], x_lat: float, x_inv: float) -> float:
+    """The standard error of the fitted inverse bandwidth over its value, from the residuals
+    (ordinary least squares; infinite where nothing is left to estimate it from)."""
+    if len(rows) <= 2:
+        return float("inf")  # an exact fit: nothing says how noisy
+    saa = sum(a * a for a, _, _ in rows)
+    sbb = sum(b * b for _, b, _ in rows)
+    sab = sum(a * b for a, b, _ in rows)
+    det = saa * sbb - sab * sab
+    if det <= 0:
+        return float("inf")
+    residual = sum((t - a * x_lat - b * x_inv) ** 2 for a, b, t in rows) / (len(rows) - 2)
+    return (residual * saa / det) ** 0.5 / x_inv
 
 
 def _least_squares(rows: list[tuple[float, float, float]]) -> tuple[float, float]:
