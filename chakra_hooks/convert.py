@@ -50,6 +50,8 @@ class RankResult:
     # file's nodes, serialised node), and the counts of all other nodes.
     collectives: list[tuple[int, bytes]] = field(default_factory=list)
     others_tally: Tally | None = None
+    # The communication nodes as plain values, for matching them across ranks (graph.py).
+    comm_facts: list[tuple] = field(default_factory=list)
 
 
 @dataclass
@@ -134,9 +136,10 @@ def _convert_trace(trace: LinkedTrace, job: RankJob, staging: str,
     summary = chakra.tally.summary(path.name, chakra.version, chakra.metadata_values).to_json()
     # What the target's rules across ranks may rewrite (its finish_run).
     collectives = ([(i, chakra.bodies[i]) for i in chakra.collectives]
-                   if target.NEEDS_RUN_COLLECTIVES else [])
+                   if target.NEEDS_RUN_COLLECTIVES == "nodes" else [])
     return RankResult(trace.rank, files, summary, {**trace.stats, **chakra.stats},
-                      chakra.groups, chakra.warnings, job.describe(), collectives, chakra.others_tally)
+                      chakra.groups, chakra.warnings, job.describe(), collectives, chakra.others_tally,
+                      chakra.comm_facts if target.NEEDS_RUN_COLLECTIVES else [])
 
 
 def _merge_groups(results: list[RankResult]) -> tuple[dict[int, list[int]], list[str]]:

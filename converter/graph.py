@@ -82,6 +82,9 @@ class ChakraGraph:
     # (converter/targets/astra_sim), which rewrite only those, leave as is.
     collectives: list[int] = field(default_factory=list)
     others_tally: Tally = field(default_factory=Tally)
+    # Per communication node, what matching it across ranks reads (converter/peers.py), as
+    # plain values: (place in ``bodies``, id, node type, start ps, duration ps, comm attrs).
+    comm_facts: list[tuple] = field(default_factory=list)
     version: str = CHAKRA_SCHEMA_VERSION  # the GlobalMetadata's, and its attributes' values:
     metadata_values: dict[str, object] = field(default_factory=dict)  # what tally.summary reads
     _nodes: Sequence[Node] | None = field(default=None, repr=False)
@@ -128,10 +131,13 @@ def build_graph(trace: LinkedTrace, target: str | Target = Target.FULL, keep_mem
         trace.ops, trace.edges = [], []
     bodies = []
     encoder, others, collective_tally = NodeEncoder(), Tally(), Tally()
-    collectives = []
+    collectives, comm_facts = [], []
     for index, op in enumerate(ops):
         if op.kind in _COMM_KINDS or "window_anchor" in op.attrs:
             collectives.append(index)
+            if op.kind in _COMM_KINDS:
+                comm_facts.append((index, op.uid, _NODE_TYPE[op.kind], op.start_ps, op.dur_ps,
+                                   dict(_comm_attrs(op))))
             tally = collective_tally
         else:
             tally = others
@@ -154,7 +160,8 @@ def build_graph(trace: LinkedTrace, target: str | Target = Target.FULL, keep_mem
     tally.merge(collective_tally)
     return ChakraGraph(trace.rank, encode_metadata(CHAKRA_SCHEMA_VERSION, values), bodies,
                        dict(trace.groups), tally, stats, list(trace.warnings),
-                       collectives=collectives, others_tally=others, metadata_values=values)
+                       collectives=collectives, others_tally=others, comm_facts=comm_facts,
+                       metadata_values=values)
 
 
 def _sources(trace: LinkedTrace) -> str:

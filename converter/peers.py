@@ -32,14 +32,17 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from typing import TYPE_CHECKING
+
 from .attrs import attr_dict, value_of
-from .schema import COMM_COLL, COMM_RECV, COMM_SEND, CollectiveCommType, Node
-from .stats import node_times
+from .schema import COMM_COLL, COMM_RECV, COMM_SEND, COMM_TYPE_NAMES
+
+if TYPE_CHECKING:  # the protobuf classes: a conversion matches without loading them
+    from .schema import Node
 
 ALL_RANKS = ("", "0")  # pg_name of the whole run (ASTRA-sim's empty name; torch's group 0)
-SYMMETRIC = frozenset((CollectiveCommType.ALL_REDUCE, CollectiveCommType.ALL_GATHER,
-                       CollectiveCommType.REDUCE_SCATTER, CollectiveCommType.ALL_TO_ALL,
-                       CollectiveCommType.BARRIER))
+SYMMETRIC = frozenset(COMM_TYPE_NAMES.index(name) for name in
+                      ("ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER", "ALL_TO_ALL", "BARRIER"))
 
 
 @dataclass
@@ -57,6 +60,8 @@ class Rank:
         if not self.attrs:
             self.attrs = {n.id: attr_dict(n) for n in self.nodes}
         if not self.times:
+            from .stats import node_times  # (reads protobuf nodes: not for a conversion's facts)
+
             self.times = {n.id: node_times(n, self.attrs[n.id]) for n in self.nodes}
 
     def start(self) -> float:
@@ -64,6 +69,39 @@ class Rank:
 
 
 Key = tuple[int, int]  # (rank, node id)
+
+
+@dataclass(slots=True)
+class Fact:
+    """A communication node as a conversion's workers hand it over (converter/graph.py
+    ``comm_facts``): enough to match it, without decoding the ET."""
+
+    id: int
+    type: int
+
+
+def _value(attrs: Mapping[str, object], name: str) -> object:
+    """An attribute's value, from an ET's AttributeProto or from a worker's plain value."""
+    value = attrs[name]
+    return value_of(value) if hasattr(value, "WhichOneof") else value
+
+
+def ranks_from_facts(facts: Mapping[int, Sequence[tuple]]) -> list[Rank]:
+    """Ranks of the communication nodes the workers handed over (rank -> ``comm_facts``)."""
+    # From the run's first start, in integers until then: epoch microseconds as floats are
+    # 0.25 us apart.
+    origin = min((row[3] for rows in facts.values() for row in rows if row[3] is not None),
+                 default=0)
+    ranks = []
+    for rank, rows in sorted(facts.items()):
+        nodes, attrs, times = [], {}, {}
+        for _, nid, node_type, start_ps, dur_ps, comm in rows:
+            nodes.append(Fact(nid, node_type))
+            attrs[nid] = {k: v for k, v in comm.items() if v is not None}
+            times[nid] = (None if start_ps is None else (start_ps - origin) / 1e6,
+                          0.0 if dur_ps is None else dur_ps / 1e6)
+        ranks.append(Rank(rank, "", nodes, attrs, times))
+    return ranks
 
 
 @dataclass
@@ -100,7 +138,7 @@ def _collectives(rank: Rank) -> list[tuple[str, Node]]:
         if node.type != COMM_COLL or rank.times[node.id][0] is None:
             continue
         a = rank.attrs[node.id]
-        found.append((str(value_of(a["pg_name"])) if "pg_name" in a else "", node))
+        found.append((str(_value(a, "pg_name")) if "pg_name" in a else "", node))
     found.sort(key=lambda gn: (rank.times[gn[1].id][0], gn[1].id))
     return found
 
@@ -154,8 +192,8 @@ def _match_sends(ranks: Sequence[Rank], peers: Peers) -> None:
             if "comm_src" not in a or "comm_dst" not in a:
                 peers.unknown.add((r.rank, node.id))
                 continue
-            key = (int(value_of(a["comm_src"])), int(value_of(a["comm_dst"])),
-                   int(value_of(a["comm_tag"])) if "comm_tag" in a else 0)
+            key = (int(_value(a, "comm_src")), int(_value(a, "comm_dst")),
+                   int(_value(a, "comm_tag")) if "comm_tag" in a else 0)
             sides[key][node.type].append((r.times[node.id][0], node.id, r.rank))
     for (src, dst, _), by_type in sides.items():
         sends, recvs = sorted(by_type.get(COMM_SEND, ())), sorted(by_type.get(COMM_RECV, ()))
@@ -176,7 +214,7 @@ def clock_offsets(ranks: Sequence[Rank], peers: Peers) -> None:
             continue
         rank0, nid0 = column[0]
         a = by_rank[rank0].attrs[nid0]
-        if "comm_type" in a and int(value_of(a["comm_type"])) in SYMMETRIC:
+        if "comm_type" in a and int(_value(a, "comm_type")) in SYMMETRIC:
             ends.append({rank: sum(by_rank[rank].times[nid]) for rank, nid in column})
     residuals: dict[int, list[float]] = defaultdict(list)
     for column_ends in ends:
@@ -226,6 +264,26 @@ def split(ranks: Sequence[Rank], peers: Peers) -> None:
 
 
 WAIT_ATTR, UNKNOWN_ATTR = "peer_wait_ns", "peer_wait_unknown"
+
+
+def annotate_facts(facts: Mapping[int, Sequence[tuple]], groups: Mapping[str, Sequence[int]],
+                   world: int) -> tuple[Peers, dict[int, list[tuple[int, bytes]]]]:
+    """``annotate`` for the workers' ``comm_facts`` (rank -> rows): the Peers, and per rank the
+    attribute to add to each node, as (place in the ET's nodes, serialised AttributeProto)."""
+    from .wire import encode_attr
+
+    ranks = ranks_from_facts(facts)
+    peers = analyse(ranks, groups, world)
+    additions: dict[int, list[tuple[int, bytes]]] = {}
+    for rank, rows in facts.items():
+        out = additions[rank] = []
+        for index, nid, *_ in rows:
+            key = (rank, nid)
+            if key in peers.wait_us:
+                out.append((index, encode_attr(WAIT_ATTR, round(peers.wait_us[key] * 1000))))
+            elif key in peers.unknown:
+                out.append((index, encode_attr(UNKNOWN_ATTR, True)))
+    return peers, additions
 
 
 def annotate(run: Mapping[int, Sequence[Node]], groups: Mapping[str, Sequence[int]],

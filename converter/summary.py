@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 _RANK_IN_NAME = re.compile(r"\.(\d+)\.et(?:\.gz)?$")
 # Attributes saying a value was not recorded (or could not be resolved): counted per file.
-UNKNOWN_ATTRS = frozenset({"duration_unknown", "comm_size_unknown", "comm_unresolved"})
+UNKNOWN_ATTRS = frozenset({"duration_unknown", "comm_size_unknown", "comm_unresolved",
+                           "peer_wait_unknown"})
 
 
 _COMM_NAMES = dict(enumerate(COMM_TYPE_NAMES))

@@ -63,16 +63,17 @@ def premise(slow_run: Run, even_run: Run, slow: int) -> str | None:
     return None
 
 
-def record_pair(root: Path, slow: int = 3, attempts: int = 4) -> tuple[Run, Run, list[str]]:
-    """A pair whose premise holds: each launch records SLOW, 1, SLOW, 1 (seconds apart, in the
-    same processes: this shared machine's speed drifts by 10-50 % between launches) and the
-    neighbouring pair closest to the premise is taken; up to ``attempts`` launches.
-    Also the reasons of the pairs given up on. The last pair is returned either way (check
-    ``premise``)."""
+def record_pair(root: Path, slow: int = 3, attempts: int = 3) -> tuple[Run, Run, list[str]]:
+    """A pair whose premise holds: each launch records SLOW, 1, SLOW, 1, SLOW, 1 (seconds apart,
+    in the same processes: this shared machine's speed drifts by 10-50 % between launches, and
+    by 10-25 % within one) and the neighbouring pair closest to the premise is taken; up to
+    ``attempts`` launches. Also the reasons of the pairs given up on. The last pair is returned
+    either way (check ``premise``)."""
     given_up = []
     for attempt in range(attempts):
-        runs = record(root / f"attempt{attempt}", (slow, 1, slow, 1))
-        pairs = [(runs[0], runs[1]), (runs[2], runs[1]), (runs[2], runs[3])]
+        runs = record(root / f"attempt{attempt}", (slow, 1) * 3)
+        pairs = [(runs[i], runs[i + 1]) if i % 2 == 0 else (runs[i + 1], runs[i])
+                 for i in range(len(runs) - 1)]
         best = min(pairs, key=lambda p: mismatch(*p, slow))
         why = premise(*best, slow)
         if why is None:

@@ -9,7 +9,9 @@ module here, with the same names:
 - ``retarget(ops, keep_mem)``: the ops to write, kinds changed where the reader refuses them;
 - ``NEEDS_RUN_COLLECTIVES`` and ``finish_run(staging, results, groups, options, note, runner)``:
   after every rank's ET is staged, the rules across ranks and the files beside the ETs
-  (returns the process groups to write in comm_group.json);
+  (returns the process groups to write in comm_group.json); what the workers hand over for
+  it: ``"facts"`` (each communication node's id, type, times and comm attributes as plain
+  values), ``"nodes"`` (those and the serialised communication nodes), or False;
 - ``FILES``: the files ``finish_run`` writes beside the ETs (``--overwrite`` replaces them);
 - ``COMM_GROUP_ALWAYS``: comm_group.json is written even when the run has no process group;
 - ``REFUSED_NODE_TYPES``, ``COMM_TYPES`` (None: any), ``COMM_SIZE_REQUIRED``: what

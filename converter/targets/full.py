@@ -9,7 +9,7 @@ from collections.abc import Callable
 from chakra_hooks.linker.enrich.gaps import add_gaps
 from chakra_hooks.linker.model import LinkedTrace, Op
 
-NEEDS_RUN_COLLECTIVES = True  # for converter/peers.py's peer_wait_ns
+NEEDS_RUN_COLLECTIVES = "facts"  # for converter/peers.py's peer_wait_ns
 FILES: tuple[str, ...] = ()
 COMM_GROUP_ALWAYS = False
 REFUSED_NODE_TYPES: frozenset[int] = frozenset()
@@ -36,16 +36,31 @@ def finish_run(staging: str, results: list, groups: dict[int, list[int]], option
 
 def annotate_peers(staging: str, results: list, groups: dict[int, list[int]], options,
                    note: Callable[[str], None], runner) -> None:
-    """``peer_wait_ns`` / ``peer_wait_unknown`` on the communication nodes the workers handed
-    over, and the files rewritten."""
-    from chakra_hooks.converter import etio
-    from chakra_hooks.converter.targets.run_files import rewrite_run
+    """``peer_wait_ns`` / ``peer_wait_unknown`` on the communication nodes, from the facts the
+    workers handed over, appended to those nodes in the staged files by tasks of ``runner``
+    (run_files.append_attrs: no ET is decoded)."""
+    from chakra_hooks.converter import peers
+    from chakra_hooks.converter.targets.run_files import append_attrs
 
-    if not any(r.collectives for r in results):
+    if not any(r.comm_facts for r in results):
         return
-    nodes = {r.rank: list(etio.decode_bodies([b for _, b in r.collectives])) for r in results}
-    peer_waits(results, groups, nodes, note)
-    rewrite_run(staging, results, nodes, options, runner)
+    found, additions = peers.annotate_facts({r.rank: r.comm_facts for r in results},
+                                            {str(k): v for k, v in groups.items()},
+                                            _world(results))
+    for message in found.notes:
+        note(message)
+    tasks = [(f"{staging}/{r.files[0]}", f"{staging}/{r.files[1]}" if options.write_json else None,
+              additions.get(r.rank, [])) for r in results]
+    for result, added in zip(results, runner.map(append_attrs, tasks)):
+        if added:
+            unknown = result.summary.setdefault("unknown", {})
+            unknown[peers.UNKNOWN_ATTR] = unknown.get(peers.UNKNOWN_ATTR, 0) + added
+
+
+def _world(results: list) -> int:
+    """The run's size: the largest ``world_size`` an ET states, else the ranks present."""
+    return max([int((r.summary.get("metadata") or {}).get("world_size") or 0) for r in results]
+               + [max((r.rank for r in results), default=-1) + 1])
 
 
 def peer_waits(results: list, groups: dict[int, list[int]], nodes: dict, note: Callable[[str], None]):
@@ -54,9 +69,7 @@ def peer_waits(results: list, groups: dict[int, list[int]], nodes: dict, note: C
     matching's notes (clocks that disagree, groups not all recorded) said. Returns its Peers."""
     from chakra_hooks.converter import peers
 
-    world = max([int(r.summary.get("metadata", {}).get("world_size") or 0) for r in results]
-                + [max((r.rank for r in results), default=-1) + 1])
-    found = peers.annotate(nodes, {str(k): v for k, v in groups.items()}, world)
+    found = peers.annotate(nodes, {str(k): v for k, v in groups.items()}, _world(results))
     for message in found.notes:
         note(message)
     return found

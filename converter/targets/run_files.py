@@ -25,6 +25,34 @@ def rewrite_run(staging: str, results: list, nodes: dict, options, runner) -> No
         result.summary = summary
 
 
+def append_attrs(path: str, json_path: str | None, additions: list[tuple[int, bytes]]) -> int:
+    """Append attributes to nodes of the ET at ``path`` (``additions``: place among the file's
+    nodes, serialised AttributeProto) and rewrite its JSON twin; returns how many of them say
+    ``peer_wait_unknown`` (for the summary). Only the frames touched change; nothing is
+    decoded unless the JSON twin is rewritten. Runs in a worker."""
+    from chakra_hooks.converter import etio
+    from chakra_hooks.converter.wire import encode_varint
+
+    if not additions:
+        return 0
+    with storage.local_copy(path) as local:
+        buf, compressed = etio.read_bytes(local)
+        frames = etio.split_frames(buf, local)
+        del buf
+        for index, attr in additions:
+            body = etio.frame_body(frames[index + 1]) + _NODE_ATTR_KEY + encode_varint(len(attr)) + attr
+            frames[index + 1] = encode_varint(len(body)) + body
+        etio.atomic_write(local, frames, compressed)
+    if json_path is not None:
+        with storage.local_copy(json_path) as local_json:
+            etio.write_workload_json(local_json, etio.decode_frames(frames, path)[1])
+    return sum(1 for _, attr in additions if _UNKNOWN_NAME in attr)
+
+
+_NODE_ATTR_KEY = bytes([10 << 3 | 2])  # Node.attr (field 10, length-delimited): appended = added
+_UNKNOWN_NAME = b"peer_wait_unknown"
+
+
 def rewrite_collectives(path: str, json_path: str | None, bodies: list[tuple[int, bytes]],
                         others_tally) -> dict[str, object]:
     """Put a rank's new collective records (``bodies``: place among the file's nodes, record)

@@ -5,7 +5,7 @@
 //   chakra-hooks timeline /tmp/dlrm -o /tmp/dlrm.json --comm 0.25x
 //   keep pids 1 and 1000001 (rank 1 and its what-if) in /tmp/dlrm_rank1.json
 //   npm install puppeteer-core   (PUPPETEER_SKIP_DOWNLOAD=1: it uses /usr/bin/chromium)
-//   node timeline_shot.js /tmp/dlrm_rank1.json timeline.png 2.5 6.5
+//   node timeline_shot.js /tmp/dlrm_rank1.json timeline.png 2.5 11.5
 // The clicks are pixel positions for this trace at 1600x1000.
 const http = require('http'), fs = require('fs'), path = require('path');
 const puppeteer = require('puppeteer-core');
@@ -34,10 +34,11 @@ const [,, trace, out = 'timeline.png', t0, t1] = process.argv;
   await page.mouse.click(40, 129);  await sleep(700);   // expand group "rank 1"
   if (t0 && t1) {
     // expand the thread tracks busy in the window (critical path, thread:59812, its gaps,
-    // stream:1:7, stream:1:84) of both groups, bottom-up so upper rows do not move
+    // stream:1:7, stream:1:84, stream:1:84 peer wait) of both groups, bottom-up so upper
+    // rows do not move
     const ys = [];
-    for (const i of [0, 1, 2, 3, 7]) ys.push(127 + i * 18.2);   // rank 1 tracks (1389-px coords)
-    for (const i of [0, 1, 2, 3, 7]) ys.push(360 + i * 18.2);   // what-if tracks
+    for (const i of [0, 1, 2, 3, 7, 8]) ys.push(127 + i * 18.2);   // rank 1 tracks (1389-px coords)
+    for (const i of [0, 1, 2, 3, 7, 8]) ys.push(378 + i * 18.2);   // what-if tracks
     for (const y of ys.reverse()) { await page.mouse.click(60, Math.round(y * 1.152)); await sleep(300); }
   }
   // give the flame chart more height: drag the splitter above "Summary" down

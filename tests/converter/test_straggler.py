@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from straggler_pair import premise, predict, record_pair  # noqa: E402 (tests/straggler_pair.py)
 
 SLOW = 3
+PEER_WAIT = Path(__file__).resolve().parents[3] / "shared" / "tools" / "peer-wait.py"
 
 
 def test_a_straggler_made_fast_predicts_the_run_without_it(tmp_path):
@@ -30,6 +32,12 @@ def test_a_straggler_made_fast_predicts_the_run_without_it(tmp_path):
     # Rank 0 waits for rank 1: most of its collectives' time in the slow run, little in the other.
     waits = {r: sum(t for (rank, _), t in slow.peers.wait_us.items() if rank == r) for r in (0, 1)}
     assert waits[0] > 5 * waits[1]
+    if PEER_WAIT.exists():  # the checker, from the raw Kineto files: within 10 % per rank
+        files = [str(slow.capture / f"kineto.rank{r}.pt.trace.json") for r in (0, 1)]
+        text = subprocess.run([sys.executable, str(PEER_WAIT), *files], capture_output=True,
+                              text=True, check=True).stdout
+        theirs = [float(m) for m in re.findall(r"peer wait ([\d.]+) us", text)]
+        assert waits[0] == pytest.approx(theirs[0], rel=0.10), (waits, theirs)
     # The ASTRA-sim network is fitted to transfers, so the straggler does not slow it (fitted to
     # whole durations it halved: 0.135 -> 0.063 GB/s).
     fitted = []

@@ -32,7 +32,7 @@ from ..full import peer_waits
 from ..run_files import rewrite_run
 from . import network
 
-NEEDS_RUN_COLLECTIVES = True
+NEEDS_RUN_COLLECTIVES = "nodes"
 FILES = (network.NETWORK_FILE, network.SYSTEM_FILE, network.MEMORY_FILE)
 # ASTRA-sim's command line names comm_group.json whether or not the run has groups.
 COMM_GROUP_ALWAYS = True
