@@ -31,7 +31,8 @@ def _et_files(paths: tuple[str, ...]) -> Iterator[Path]:
         if path.is_dir():
             found = [p for p in path.iterdir() if p.name.endswith(ET_SUFFIXES)]
             if not found:
-                _fail(f"{path}: no .et or .et.gz files in this folder")
+                _fail(f"{path}: no .et or .et.gz files in this folder; if it holds traces, convert "
+                      f"them first: chakra-hooks convert {path} -o OUT")
             yield from sorted(found, key=_rank_order)
         elif path.exists():
             yield path
@@ -88,7 +89,7 @@ def main() -> None:
 
 @cli.command()
 @click.argument("inputs", nargs=-1, required=True, type=click.Path())
-@click.option("-o", "--output", "outdir", required=True, type=click.Path(file_okay=False),
+@click.option("-o", "--output", "outdir", required=True, type=click.Path(),
               help="Folder for <prefix>.<rank>.et and comm_group.json.")
 @click.option("--prefix", default="chakra", show_default=True, help="Output file prefix.")
 @click.option("--target", type=click.Choice(TARGET_NAMES), default=Target.FULL.value,
@@ -124,6 +125,8 @@ def convert(inputs: tuple[str, ...], outdir: str, prefix: str, target: str, writ
     def warn(message: str) -> None:
         click.echo(f"chakra-hooks: warning: {message}", err=True)
 
+    if Path(outdir).is_file():
+        _fail(f"{outdir}: a file; -o names the folder the ETs go to")
     options = ConvertOptions(prefix=prefix, target=target, write_json=write_json,
                              keep_mem=keep_mem, gaps=not no_gaps, force_pair=force_pair)
     result = convert_paths(inputs, outdir, options, workers=jobs, warn=warn, overwrite=overwrite,
@@ -290,7 +293,7 @@ def _parse_ranks(text: str | None) -> set[int] | None:
 
 @cli.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path())
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+@click.option("-o", "--output", required=True, type=click.Path(),
               help="The Chrome Trace Event file to write (.json, or .json.gz compressed).")
 @click.option("--comm", "comm", multiple=True, metavar="FACTOR|TYPE=FACTOR",
               help="As whatif's: also draw the schedule predicted with communication changed.")
@@ -325,8 +328,17 @@ def timeline(files: tuple[str, ...], output: str, comm: tuple[str, ...], compute
             comm_from=list(_et_files((comm_from,))) if comm_from else None)
     except ValueError as exc:  # --comm-from: not the same program
         _fail(str(exc))
-    # .gz: compressed at level 1, 3x faster than 6 for a file 15 % larger
-    etio.atomic_write(output, [data], compresslevel=1)
+    if Path(output).is_dir():
+        _fail(f"{output}: a folder; -o names the timeline file to write (.json or .json.gz)")
+    folder = Path(output).parent
+    if not folder.exists():
+        click.echo(f"chakra-hooks: creating {folder}", err=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        # .gz: compressed at level 1, 3x faster than 6 for a file 15 % larger
+        etio.atomic_write(output, [data], compresslevel=1)
+    except OSError as exc:
+        _fail(f"{output}: cannot be written ({exc.strerror or exc})")
     slices = sum(len(tl.slices) for tl in recorded)
     click.echo(f"wrote {output}: {len(recorded)} rank(s), {slices:,} nodes"
                + (f", and the schedule predicted with {described}" if changing else "")

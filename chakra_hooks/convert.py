@@ -68,13 +68,23 @@ def _resolve(spec: str) -> Callable:
     return getattr(importlib.import_module(module_name), func)
 
 
-def expand_inputs(inputs: Sequence[str | os.PathLike]) -> list[Path]:
-    """Files named, plus every file below folders named (sorted), minus Chakra outputs."""
+def expand_inputs(inputs: Sequence[str | os.PathLike],
+                  warn: Callable[[str], None] | None = None) -> list[Path]:
+    """Files named, plus every file below folders named (sorted), minus Chakra outputs: ETs,
+    comm_group.json, and every file of a folder below that holds ETs (a conversion's output
+    folder, with its timelines and simulator configurations; said once per folder)."""
     files: list[Path] = []
     for item in inputs:
         path = Path(item)
         if path.is_dir():
-            files.extend(p for p in sorted(path.rglob("*")) if p.is_file() and not p.name.startswith("."))
+            found = sorted(p for p in path.rglob("*") if not p.name.startswith("."))
+            # (the folder named itself is the user's choice, whatever it holds)
+            outputs = {p.parent for p in found if p.name.endswith(OUTPUT_SUFFIXES)} - {path}
+            for folder in sorted(outputs):
+                if warn is not None:
+                    warn(f"{folder}: left out, it holds a conversion's output (ETs; its other "
+                         f"files, timelines and configurations, are not traces either)")
+            files.extend(p for p in found if p.is_file() and not outputs.intersection(p.parents))
         elif path.is_file():
             files.append(path)
         else:
@@ -85,7 +95,7 @@ def expand_inputs(inputs: Sequence[str | os.PathLike]) -> list[Path]:
 
 def discover(inputs: Sequence[str | os.PathLike], warn: Callable[[str], None]) -> list[RankJob]:
     """Every conversion job found in the inputs, in rank order."""
-    remaining = expand_inputs(inputs)
+    remaining = expand_inputs(inputs, warn)
     jobs: list[RankJob] = []
     for spec in DISCOVERERS.values():
         if not remaining:
@@ -185,9 +195,8 @@ def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike
     if earlier and not overwrite:
         shown = ", ".join(earlier[:3]) + (" ..." if len(earlier) > 3 else "")
         raise TraceFormatError(out, "output folder",
-                               f"a folder without the outputs of an earlier conversion (it holds "
-                               f"{len(earlier)}: {shown}); use --overwrite to replace them, or "
-                               f"another folder")
+                               f"holds an earlier conversion ({len(earlier)} file(s): {shown}): "
+                               f"add --overwrite to replace it, or choose another folder")
     heads = None  # local stand-ins of remote inputs (storage.mirror_inputs)
     staging = None
     done = False
@@ -222,8 +231,8 @@ def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike
                 out.mkdir(parents=True, exist_ok=True)
                 staging = tempfile.mkdtemp(prefix=storage.STAGING_PREFIX, dir=out)
             except OSError as exc:
-                raise TraceFormatError(out, "output folder", f"a folder we can create and write "
-                                       f"({exc.strerror or exc})") from None
+                raise TraceFormatError(out, "output folder", f"cannot be created or written "
+                                       f"({exc.strerror or exc}): choose another folder") from None
         runner = make_executor(executor, workers, len(jobs), progress, ray_address)
         bar = progress_bar(len(jobs), progress)
         args = [(job, staging, options) for job in jobs]

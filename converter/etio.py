@@ -187,10 +187,31 @@ def read_et(path: str | os.PathLike) -> EtFile:
     """Read a whole ET file (plain or gzip-compressed)."""
     buf, compressed = read_bytes(path)
     size = len(buf)
-    frames = split_frames(buf, path)
-    del buf  # the frames hold a copy; keep at most two copies of the file alive at once
-    metadata, nodes = decode_frames(frames, path)
+    try:
+        frames = split_frames(buf, path)
+        del buf  # the frames hold a copy; keep at most two copies of the file alive at once
+        metadata, nodes = decode_frames(frames, path)
+    except TraceFormatError:
+        other = what_else(path, buf if "buf" in locals() else b"")
+        if other is not None:  # not an ET at all: say what it is, not where its bytes broke
+            raise TraceFormatError(path, "file", f"a Chakra ET, but this is {other}") from None
+        raise
     return EtFile(Path(path), metadata, nodes, compressed, size)
+
+
+def what_else(path: str | os.PathLike, head: bytes) -> str | None:
+    """What a file that is not a Chakra ET is, from its name and first bytes, with the command
+    that reads it; None when it may be a damaged ET."""
+    name = Path(path).name.lower()
+    if name.endswith((".xplane.pb", ".xspace.pb")):
+        return "an XSpace profile (JAX / XLA): `chakra-hooks convert` reads it"
+    start = head[:64].lstrip()
+    if start[:1] in (b"{", b"["):
+        return ("a JSON file (a Kineto trace or a PyTorch host ET?): `chakra-hooks convert` reads "
+                "traces")
+    if head[:256] and all(32 <= b < 127 or b in (9, 10, 13) for b in head[:256]):
+        return "a text file"
+    return None
 
 
 def encode_et(metadata: GlobalMetadata | bytes, nodes: Iterable[Node | bytes]) -> Iterable[bytes]:

@@ -231,12 +231,36 @@ def critical_path(nodes: Sequence[Node], dur: dict[int, float]
     return finish, via
 
 
+def short_name(name: str, width: int = 80) -> str:
+    """A kernel's C++ signature without its parameters and template arguments, for reading
+    (``--json`` keeps the full name): ``void at::native::elementwise_kernel<...>(...)``."""
+    if len(name) <= width:
+        return name
+    out, depth = [], 0
+    for ch in name:
+        if ch in "<(":
+            if depth == 0:
+                out.append("<...>" if ch == "<" else "(...)")
+            depth += 1
+        elif ch in ">)" and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    short = "".join(out)
+    return short if len(short) <= width else short[:width - 3] + "..."
+
+
 def render(ranks: list[RankStats]) -> str:
     lines = []
     for r in ranks:
         k = r.by_kind_us
-        lines.append(f"{r.path}: span {r.span_us / 1e3:,.3f} ms, critical path "
-                     f"{r.critical_path_us / 1e3:,.3f} ms ({r.coverage:.1%} of the span)")
+        if r.span_us or not r.critical_path_us:
+            lines.append(f"{r.path}: span {r.span_us / 1e3:,.3f} ms, critical path "
+                         f"{r.critical_path_us / 1e3:,.3f} ms ({r.coverage:.1%} of the span)")
+        else:
+            lines.append(f"{r.path}: no recorded times (an ET without them, as the reference "
+                         f"converter writes): critical path {r.critical_path_us / 1e3:,.3f} ms "
+                         f"by replay of the nodes' durations")
         lines.append(f"  on the path: host {k['host'] / 1e3:,.3f} ms, device "
                      f"{k['device'] / 1e3:,.3f} ms, communication (exposed) {k['comm'] / 1e3:,.3f}"
                      f" ms, memory {k['mem'] / 1e3:,.3f} ms, gaps {k['gap'] / 1e3:,.3f} ms; "
@@ -254,12 +278,13 @@ def render(ranks: list[RankStats]) -> str:
                              f"{part['unexplained'] / 1e3:,.3f} ms "
                              f"({part['unexplained'] / part['idle']:.0%})")
         if r.top_ops:
-            tops = ", ".join(f"{name} {t / 1e3:,.3f}" for name, t in r.top_ops[:5])
+            tops = ", ".join(f"{short_name(name)} {t / 1e3:,.3f}" for name, t in r.top_ops[:5])
             lines.append(f"  top ops on the path (ms): {tops}")
         if r.moe:
             worst = max(r.moe.items(), key=lambda kv: kv[1])
             lines.append(f"  MoE imbalance (max/mean tokens per expert): worst layer "
-                         f"{worst[0]} at {worst[1]:.2f}, {len(r.moe)} layers")
+                         f"{worst[0]} at {worst[1]:.2f}, {len(r.moe)} "
+                         f"layer{'s' if len(r.moe) != 1 else ''}")
         if r.kv_bytes:
             lines.append("  KV cache: " + ", ".join(f"{k} {v:,} B" for k, v in r.kv_bytes.items()))
     if len(ranks) > 1:

@@ -484,9 +484,8 @@ def render_run(run: RunWhatIf, change: str) -> str:
     lines = [f"what if: {change}"]
     lines += _rank_lines(run.ranks, RUN_KINDS)
     delta = run.predicted_us / run.replayed_us - 1 if run.replayed_us else 0.0
-    lines.append(f"run of {len(run.ranks)} rank(s): measured {run.span_us / 1e3:,.3f} ms, "
-                 f"replayed {run.replayed_us / 1e3:,.3f} ms, predicted "
-                 f"{run.predicted_us / 1e3:,.3f} ms ({delta:+.1%})")
+    lines.append(f"run of {len(run.ranks)} rank(s): {_measured(run.span_us, run.replayed_us)}, "
+                 f"predicted {run.predicted_us / 1e3:,.3f} ms ({delta:+.1%} against the replay)")
     lines.append(f"  {run.matched:,} collective(s) matched across ranks: their transfers start "
                  f"when the last member arrives"
                  + (f"; {run.unknown:,} communication node(s) whose peers were not all recorded "
@@ -495,14 +494,24 @@ def render_run(run: RunWhatIf, change: str) -> str:
     return "\n".join(lines)
 
 
+def _measured(span_us: float, replayed_us: float) -> str:
+    """The measured span and the replay of the unchanged ET, which a prediction is against."""
+    if not span_us:
+        return (f"no recorded times (an ET without them, as the reference converter writes), "
+                f"replayed {replayed_us / 1e3:,.3f} ms")
+    return (f"measured {span_us / 1e3:,.3f} ms, replayed {replayed_us / 1e3:,.3f} ms "
+            f"({replayed_us / span_us:.1%} of it: the rest is time no dependency or gap holds)"
+            if abs(replayed_us / span_us - 1) > 0.005 else
+            f"measured {span_us / 1e3:,.3f} ms, replayed {replayed_us / 1e3:,.3f} ms")
+
+
 def _rank_lines(ranks: Sequence[RankWhatIf], kinds: Sequence[str]) -> list[str]:
     lines = []
     for r in ranks:
         delta = r.predicted_us / r.replayed_us - 1 if r.replayed_us else 0.0
         b, a = r.before_us, r.after_us
-        lines.append(f"{r.path}: measured {r.span_us / 1e3:,.3f} ms, replayed "
-                     f"{r.replayed_us / 1e3:,.3f} ms, predicted {r.predicted_us / 1e3:,.3f} ms "
-                     f"({delta:+.1%})")
+        lines.append(f"{r.path}: {_measured(r.span_us, r.replayed_us)}, predicted "
+                     f"{r.predicted_us / 1e3:,.3f} ms ({delta:+.1%} against the replay)")
         lines.append("  critical path, before -> after (ms): " + ", ".join(
             f"{'other ranks' if k == 'peer' else k} {b[k] / 1e3:,.3f} -> {a[k] / 1e3:,.3f}"
             for k in kinds))

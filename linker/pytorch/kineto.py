@@ -155,6 +155,13 @@ class KinetoTrace:
         return size if isinstance(size, int) else None
 
 
+_TIME_KIND = "microseconds a clock can hold (a number, but this one overflows)"
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _ns(value: object) -> int:
     """Microseconds (int, or float with 3 decimals) -> integer ns: ``round(value * 1000)``.
 
@@ -375,7 +382,8 @@ def _read_events(trace: KinetoTrace, events: list[KEvent], first: int) -> int:
         except (TypeError, ValueError, OverflowError) as exc:
             got = ev.start if field == "ts" else ev.dur
             raise TraceFormatError(trace.path, f"traceEvents[{index}]",
-                                   f"{field}: a number, got {json_kind(got)}") from exc
+                                   f"{field}: {_TIME_KIND if _is_number(got) else 'a number'}, "
+                                   f"got {json_kind(got)}") from exc
         if dur < 0 or not 0 <= start < _TIME_LIMIT_NS or dur > _TIME_LIMIT_NS:
             # A time before 1970 on Kineto's epoch clock (with baseTimeNanoseconds added) is
             # damage too, and a Chakra start time cannot hold it.

@@ -1,0 +1,113 @@
+"""What a new user trips over in the first hour, each as the CLI runs it in a temporary folder:
+a file that is not an ET given to the ET commands, a timeline saved in the output folder, an
+unwritable or missing -o folder, an ET without recorded times, messages that read as their
+opposite, whatif's percentage, -o naming a file, a folder never converted, long kernel names."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DLRM = "pytorch/v100_dlrm_8rank"
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "chakra_hooks", *map(str, args)],
+                          capture_output=True, text=True, timeout=300)
+
+
+def _one_error(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 1, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr and "Usage:" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("chakra-hooks: error")]
+    assert len(errors) == 1, result.stderr
+    return errors[0]
+
+
+@pytest.fixture(scope="module")
+def two_ranks(corpus, tmp_path_factory) -> Path:
+    """Ranks 0 and 1 of the DLRM run, each a host ET and its Kineto trace, in one folder."""
+    folder = tmp_path_factory.mktemp("run")
+    for pattern in ("dlrm_eg_0.*", "dlrm_eg_1.*", "worker0_*", "worker1_*"):
+        for f in (corpus / DLRM).glob(pattern):
+            shutil.copy(f, folder / f.name)
+    return folder
+
+
+@pytest.mark.parametrize("name, says", [
+    ("README.md", "a text file"),
+    (f"{DLRM}/dlrm_eg_0.json.gz", "a JSON file"),
+    ("jax_xla/tpu_inference_2.xplane.pb", "an XSpace profile"),
+])
+@pytest.mark.parametrize("command", ["stats", "inspect", "validate", "whatif"])
+def test_a_file_that_is_not_an_et_says_what_it_is(corpus, name, says, command):
+    path = corpus / name if name != "README.md" else Path(__file__).parents[1] / name
+    line = _one_error(_cli(command, path))
+    assert says in line and "a Chakra ET" in line
+
+
+def test_a_timeline_in_the_output_folder_is_not_an_input(two_ranks, tmp_path):
+    run = tmp_path / "R"
+    shutil.copytree(two_ranks, run)
+    out = run / "chakra"
+    assert _cli("convert", run, "-o", out).returncode == 0
+    assert _cli("timeline", out, "-o", out / "run.json.gz").returncode == 0
+    (out / "astra_system.json").write_text("{}")  # a configuration beside the ETs
+    again = _cli("convert", run, "-o", out, "--overwrite")
+    assert again.returncode == 0, again.stderr
+    assert f"{out}: left out, it holds a conversion's output" in again.stderr
+    assert (out / "run.json.gz").exists()  # not ours to remove: a file the user saved there
+
+
+def test_timeline_output_folders(tmp_path, two_ranks):
+    out = tmp_path / "et"
+    assert _cli("convert", two_ranks, "-o", out).returncode == 0
+    line = _one_error(_cli("timeline", out, "-o", "/proc/chakra/run.json"))
+    assert "/proc/chakra/run.json: cannot be written" in line
+    made = _cli("timeline", out, "-o", tmp_path / "new" / "run.json")
+    assert made.returncode == 0 and f"creating {tmp_path / 'new'}" in made.stderr
+    line = _one_error(_cli("timeline", out, "-o", tmp_path))
+    assert "a folder; -o names the timeline file" in line
+
+
+def test_an_et_without_times_says_so(corpus, tmp_path):
+    et = tmp_path / "ref" / "chakra.0.et"
+    et.parent.mkdir()
+    shutil.copy(corpus / "chakra_reference" / "chakra.0.et", et)
+    stats = _cli("stats", et.parent)
+    assert stats.returncode == 0 and "no recorded times" in stats.stdout
+    assert "0.0% of the span" not in stats.stdout
+    whatif = _cli("whatif", et.parent, "--comm", "0.5x")
+    assert whatif.returncode == 0 and "no recorded times" in whatif.stdout
+    assert "measured 0.000 ms" not in whatif.stdout
+
+
+def test_messages_state_the_problem_then_what_to_do(two_ranks, tmp_path):
+    out = tmp_path / "et"
+    assert _cli("convert", two_ranks, "-o", out).returncode == 0
+    line = _one_error(_cli("convert", two_ranks, "-o", out))
+    assert "holds an earlier conversion" in line and "add --overwrite" in line
+    assert "without the outputs" not in line
+    whatif = _cli("whatif", out, "--comm", "0.25x")
+    assert whatif.returncode == 0 and "against the replay" in whatif.stdout
+
+
+def test_o_naming_a_file_and_a_folder_never_converted(two_ranks, tmp_path):
+    afile = tmp_path / "a.txt"
+    afile.write_text("x")
+    line = _one_error(_cli("convert", two_ranks, "-o", afile))
+    assert "a file; -o names the folder" in line
+    line = _one_error(_cli("whatif", two_ranks))
+    assert "convert them first: chakra-hooks convert" in line
+
+
+def test_stats_shortens_kernel_signatures(corpus, tmp_path):
+    out = tmp_path / "et"
+    assert _cli("convert", corpus / "pytorch" / "a100_resnet_nccl", "-o", out).returncode == 0
+    text = _cli("stats", out).stdout
+    tops = [line for line in text.splitlines() if "top ops on the path" in line]
+    assert tops and all(len(part) < 120 for line in tops for part in line.split(", "))
