@@ -118,6 +118,20 @@ def local_job(job: object) -> Iterator[object]:
 
 # -- outputs ------------------------------------------------------------------------------------
 
+def move_and_copy(staging: str, name: str, first: str, second: str) -> None:
+    """In the staging folder (local or remote): ``name`` renamed ``first``, and copied to
+    ``second``."""
+    if not is_url(staging):
+        if name != first:
+            os.replace(os.path.join(staging, name), os.path.join(staging, first))
+        shutil.copyfile(os.path.join(staging, first), os.path.join(staging, second))
+        return
+    fs, prefix = filesystem(staging)
+    if name != first:
+        fs.mv(f"{prefix}/{name}", f"{prefix}/{first}")
+    fs.copy(f"{prefix}/{first}", f"{prefix}/{second}")
+
+
 @contextmanager
 def local_staging(staging: str) -> Iterator[str]:
     """A local folder to write into: ``staging`` itself, or for a remote staging prefix a

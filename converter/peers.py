@@ -342,6 +342,11 @@ def read_run(paths: Sequence, read=None) -> tuple[list[Rank], dict[str, list[int
             Path(str(path)), position)
         world = max(world, int(meta["world_size"]) if isinstance(meta.get("world_size"), int) else 0)
         ranks.append(Rank(rank, str(path), et.nodes))
+    if len({r.rank for r in ranks}) < len(ranks):
+        # One ET under several names (a one-rank --target astra-sim run, written as NPUs 0
+        # and 1): the names say which NPU each is.
+        for position, r in enumerate(ranks):
+            r.rank = _rank_in_name(Path(r.path), position)
     groups: dict[str, list[int]] = {}
     beside = Path(str(paths[0])).parent / GROUPS_FILE if paths else None
     if beside is not None and beside.exists():

@@ -86,7 +86,7 @@ def small_et(tmp_path: Path) -> bytes:
     ("truncated", "truncated"),
     ("prefix_cut", "length prefix"),
     ("zero_length", "zero length prefix"),
-    ("not_an_et", "byte 0"),
+    ("not_an_et", "a Chakra ET, but this is a JSON file"),  # what it is, not where it broke
     ("gzip_cut", "complete gzip file"),
     ("corrupt_node", "node #1 at byte"),
 ])

@@ -137,7 +137,29 @@ def finish_run(staging: str, results: list, groups: dict[int, list[int]], option
     run_rules.align_windows(nodes, note)
     _write_network(staging, nodes, new_groups, len(results), transfer)
     rewrite_run(staging, results, nodes, options, runner)
+    if len(results) == 1:
+        _two_npus(staging, results[0], options, note)
     return new_groups
+
+
+def _two_npus(staging: str, result, options, note: Callable[[str], None]) -> None:
+    """A run of one rank, ready to run: ASTRA-sim's analytical backend needs two NPUs or more
+    and reads NPU i's ET from ``<prefix>.<i>.et``, so the rank's ET is written as NPU 0's and
+    NPU 1's (the network beside it has two NPUs already). Said, since the files' names no
+    longer give the rank (the ETs' metadata does)."""
+    rank = result.rank
+    names = [f"{options.prefix}.{npu}.et" for npu in (0, 1)]
+    files = list(names)
+    pairs = [(result.files[0], names)]
+    if len(result.files) > 1:  # the JSON twin
+        twins = [f"{options.prefix}.{npu}.json" for npu in (0, 1)]
+        pairs.append((result.files[1], twins))
+        files += twins
+    for written, (first, second) in pairs:
+        storage.move_and_copy(staging, written, first, second)
+    result.files = files
+    note(f"one rank (rank {rank}): its ET is written as {names[0]} and {names[1]}, the two NPUs "
+         f"ASTRA-sim's analytical backend needs (the same ET twice; its metadata gives the rank)")
 
 
 def _write_network(staging: str, nodes: dict[int, list], groups: dict[int, list[int]],
