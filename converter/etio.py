@@ -186,13 +186,13 @@ def _raise_first_bad_node(joined: bytes, metadata_len: int, path: str | os.PathL
 def read_et(path: str | os.PathLike) -> EtFile:
     """Read a whole ET file (plain or gzip-compressed)."""
     buf, compressed = read_bytes(path)
-    size = len(buf)
+    size, head = len(buf), buf[:256]
     try:
         frames = split_frames(buf, path)
         del buf  # the frames hold a copy; keep at most two copies of the file alive at once
         metadata, nodes = decode_frames(frames, path)
     except TraceFormatError:
-        other = what_else(path, buf if "buf" in locals() else b"")
+        other = what_else(path, head)
         if other is not None:  # not an ET at all: say what it is, not where its bytes broke
             raise TraceFormatError(path, "file", f"a Chakra ET, but this is {other}") from None
         raise
@@ -205,7 +205,7 @@ def what_else(path: str | os.PathLike, head: bytes) -> str | None:
     name = Path(path).name.lower()
     if name.endswith((".xplane.pb", ".xspace.pb")):
         return "an XSpace profile (JAX / XLA): `chakra-hooks convert` reads it"
-    start = head[:64].lstrip()
+    start = head[:64].lstrip()  # (the first 256 bytes are enough)
     if start[:1] in (b"{", b"["):
         return ("a JSON file (a Kineto trace or a PyTorch host ET?): `chakra-hooks convert` reads "
                 "traces")

@@ -69,6 +69,19 @@ def test_ddp_keeps_every_op_and_collective(mode, tmp_path, reference_reader):
         assert any("nested in the ET under ops that had ended" in w for w in warnings), warnings
 
 
+def _astra_run(out: Path, npus: int) -> subprocess.CompletedProcess | None:
+    """ASTRA-sim (../shared/tools/astra-run, ASTRA_BIN) on a --target astra-sim output with its
+    fitted network, every NPU held to have run every node; None without the binary."""
+    if not os.environ.get("ASTRA_BIN") or not ASTRA_RUN.exists():
+        return None
+    run = subprocess.run([str(ASTRA_RUN), str(out / "chakra"), str(npus)], capture_output=True,
+                         text=True, timeout=600, env=dict(
+                             os.environ, NETWORK_CONFIG=str(out / "astra_network.yml"),
+                             SYSTEM_CONFIG=str(out / "astra_system.json")))
+    assert f"RESULT: OK npus={npus}" in run.stdout, run.stdout[-2000:]
+    return run
+
+
 def _transfer_spans(nodes_by_rank: dict[int, list]) -> dict[int, list[tuple[float, float]]]:
     """Per rank, each collective's transfer (ns): from the latest start of its i-th collective
     over the ranks to its end (as ../shared/tools/peer-wait.py splits them)."""
@@ -108,13 +121,8 @@ def test_ddp_collectives_that_ran_at_once_share_the_fitted_network(tmp_path, ref
     header = (out / "astra_network.yml").read_text().splitlines()[0]
     fitted_ms = float(header.split("(")[1].split(" ms")[0].replace(",", ""))
     assert fitted_ms == pytest.approx(together / 1e6, rel=0.01), header
-    binary = os.environ.get("ASTRA_BIN")
-    if binary and ASTRA_RUN.exists():
-        run = subprocess.run([str(ASTRA_RUN), str(out / "chakra"), "2"], capture_output=True,
-                             text=True, timeout=600, env=dict(
-                                 os.environ, NETWORK_CONFIG=str(out / "astra_network.yml"),
-                                 SYSTEM_CONFIG=str(out / "astra_system.json")))
-        assert "RESULT: OK npus=2" in run.stdout, run.stdout[-2000:]
+    run = _astra_run(out, 2)
+    if run is not None:
         simulated = float(run.stdout.split("max_finish_cycles=")[1].split()[0])
         span = max(max(a["start_ns"] + a.get("duration_ns", 0) for a in map(node_attrs, ns)
                        if "start_ns" in a) -
@@ -146,13 +154,7 @@ def test_sendrecv_ring_keeps_every_op_and_collective(tmp_path, reference_reader)
         _, nodes = reference_reader(astra / f"chakra.{rank}.et")
         comp = [n for n in nodes if n.type == 4]  # COMP_NODE
         assert comp and not [n for n in comp if node_attrs(n).get("is_cpu_op")]
-    binary = os.environ.get("ASTRA_BIN")
-    if binary and ASTRA_RUN.exists():
-        run = subprocess.run([str(ASTRA_RUN), str(astra / "chakra"), "4"], capture_output=True,
-                             text=True, timeout=600, env=dict(
-                                 os.environ, NETWORK_CONFIG=str(astra / "astra_network.yml"),
-                                 SYSTEM_CONFIG=str(astra / "astra_system.json")))
-        assert "RESULT: OK npus=4" in run.stdout, run.stdout[-2000:]
+    _astra_run(astra, 4)
 
 
 def test_corpus_keeps_every_op_and_collective(corpus, tmp_path, reference_reader):
