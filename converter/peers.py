@@ -146,6 +146,7 @@ def _collectives(rank: Rank) -> list[tuple[str, Node]]:
 def match(ranks: Sequence[Rank], groups: Mapping[str, Sequence[int]], world: int) -> Peers:
     """Collectives and send / receive pairs matched across the ranks given (module docstring)."""
     peers = Peers()
+    unmatched: dict[str, list[tuple[str, int]]] = defaultdict(list)  # why -> [(group, count)]
     present = {r.rank: r for r in ranks}
     by_group: dict[str, dict[int, list[Node]]] = defaultdict(dict)
     for r in ranks:
@@ -163,20 +164,23 @@ def match(ranks: Sequence[Rank], groups: Mapping[str, Sequence[int]], world: int
             for rank, seq in per_rank.items():
                 peers.unknown.update((rank, n.id) for n in seq)
             if members is None:
-                why = "its members are not known (no comm_group.json entry)"
+                why = "their members are not known (no comm_group.json entry)"
             elif missing:
-                why = f"{len(missing)} of its {len(members)} members were not recorded"
+                why = f"{len(missing)} of {len(members)} members not recorded"
             elif len(counts) < 2:
-                why = "only one member holds it"
+                why = "one member holds them"
             else:
-                why = f"its members recorded different numbers of collectives {counts}"
-            peers.notes.append(f"process group {group or 'of all ranks'!r}: "
-                               f"{sum(counts.values())} collectives keep their recorded time "
-                               f"(wait for peers unknown): {why}")
+                why = f"members recorded different numbers of them {counts}"
+            unmatched[why].append((group or "of all ranks", sum(counts.values())))
             continue
         ranks_in = sorted(per_rank)
         for column in zip(*(per_rank[rank] for rank in ranks_in)):
             peers.columns.append([(rank, node.id) for rank, node in zip(ranks_in, column)])
+    for why, where in unmatched.items():  # one line per reason, however many groups
+        names = ", ".join(repr(g) for g, _ in where[:4]) + (", ..." if len(where) > 4 else "")
+        peers.notes.append(f"{sum(n for _, n in where)} collectives of {len(where)} process "
+                           f"group(s) ({names}) keep their recorded time, waits for peers "
+                           f"unknown: {why}")
     _match_sends(ranks, peers)
     return peers
 

@@ -131,8 +131,10 @@ def finish_run(staging: str, results: list, groups: dict[int, list[int]], option
     from . import run_rules
 
     nodes = {r.rank: list(etio.decode_bodies([body for _, body in r.collectives])) for r in results}
+    # Waits for peers as the run's own groups say (a group whose members were not all
+    # recorded has none known), before the groups are renumbered for ASTRA-sim.
+    found = peer_waits(results, groups, nodes, note)
     new_groups = run_rules.harmonize(nodes, groups, note)
-    found = peer_waits(results, new_groups, nodes, note)
     transfer = run_rules.one_at_a_time(nodes, found.transfer_us)
     run_rules.align_windows(nodes, note)
     _write_network(staging, nodes, new_groups, len(results), transfer)

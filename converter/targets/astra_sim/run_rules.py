@@ -243,18 +243,22 @@ def _renumber(groups: dict[int, list[int]], ranks: list[int], warn: Callable[[st
     """Old pg_name -> new pg_name ("" = all ranks, None = single member: not a collective)."""
     rename: dict[str, str | None] = {}
     kept: list[tuple[list[int], str]] = []
+    outside: list[str] = []
     for gid, members in sorted(groups.items()):
         members = sorted(members)
         if members == ranks:
             rename[str(gid)] = ALL_RANKS
         elif not set(members) <= set(ranks):
-            warn(f"process group {gid} {members[:8]} names ranks with no trace in this run; "
-                 "its collectives are simulated over all ranks")
+            outside.append(f"{gid} {members[:8]}")
             rename[str(gid)] = ALL_RANKS
         elif len(members) < 2:
             rename[str(gid)] = None
         else:
             kept.append((members, str(gid)))
+    if outside:  # one line, however many groups (a run had 71)
+        warn(f"{len(outside)} process group(s) name ranks with no trace in this run ("
+             + ", ".join(outside[:4]) + (", ..." if len(outside) > 4 else "")
+             + "); their collectives are simulated over all ranks")
     new_groups: dict[int, list[int]] = {}
     by_members: dict[tuple[int, ...], int] = {}
     for members, old in sorted(kept):
