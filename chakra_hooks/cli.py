@@ -63,6 +63,18 @@ def _terminated(signum: int, frame: object) -> None:
     raise _Terminated
 
 
+def _os_error(exc: OSError) -> str:
+    """One line for an error of the file system, naming the file and what to do."""
+    import errno
+
+    where = getattr(exc, "filename2", None) or exc.filename or "output"  # (a move: its target)
+    if exc.errno == errno.ENOSPC:
+        return f"{where}: no space left on the device; free some or write elsewhere (-o)"
+    if exc.errno == errno.EISDIR:
+        return f"{where}: a folder where a file goes; move it away or write elsewhere (-o)"
+    return f"{where}: {exc.strerror or exc}"
+
+
 def main() -> None:
     """Entry point: bad input ends in one line on stderr and exit status 1, never a traceback;
     Ctrl-C in exit status 130, the shell's convention (click's own would be 1), and SIGTERM (a
@@ -74,6 +86,8 @@ def main() -> None:
         code = cli.main(standalone_mode=False)
     except (TraceFormatError, FileNotFoundError) as exc:
         _fail(str(exc))
+    except OSError as exc:  # the machine's, not the input's: a full disk, a folder in the way
+        _fail(_os_error(exc))
     except (KeyboardInterrupt, click.exceptions.Abort):
         click.echo("chakra-hooks: interrupted", err=True)
         sys.exit(130)

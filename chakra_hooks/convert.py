@@ -6,9 +6,11 @@ a hidden folder beside them and moved in at the end, so a failure leaves no part
 
 from __future__ import annotations
 
+import errno
 import importlib
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -110,7 +112,13 @@ def convert_job(job: RankJob, staging: str, options: ConvertOptions) -> list[Ran
     """Load one job, build and write its graphs. Runs in a worker process (which fetches a
     remote job's files itself and uploads its ETs to a remote staging prefix: storage.py)."""
     with storage.local_job(job) as job, storage.local_staging(staging) as where:
-        return _convert_local_job(job, where, options)
+        try:
+            return _convert_local_job(job, where, options)
+        except RecursionError:  # a reader's recursion (JSON args nested thousands deep)
+            files = ", ".join(str(p) for p in job.files.values()) or job.describe()
+            raise TraceFormatError(files, "a value nested too deeply", "values nested fewer "
+                                   f"than about {sys.getrecursionlimit():,} levels (the reader "
+                                   "recurses into each)") from None
 
 
 def _convert_local_job(job: RankJob, staging: str, options: ConvertOptions) -> list[RankResult]:
@@ -193,11 +201,9 @@ def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike
     earlier = (_ours(remote_out.names(), prefix) if remote_out
                else [p.name for p in our_outputs(out, prefix)])
     if earlier and not overwrite:
-        shown = ", ".join(earlier[:3]) + (" ..." if len(earlier) > 3 else "")
-        raise TraceFormatError(out, "output folder",
-                               f"holds an earlier conversion ({len(earlier)} file(s): {shown}): "
-                               f"add --overwrite to replace it, or choose another folder")
-    heads = None  # local stand-ins of remote inputs (storage.mirror_inputs)
+        _refuse_earlier(out, earlier)
+    heads = None
+    lock = None  # local stand-ins of remote inputs (storage.mirror_inputs)
     staging = None
     done = False
     runner = None
@@ -229,10 +235,15 @@ def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike
             created = not out.exists()
             try:
                 out.mkdir(parents=True, exist_ok=True)
+                lock = storage.claim_folder(out, note)
                 staging = tempfile.mkdtemp(prefix=storage.STAGING_PREFIX, dir=out)
             except OSError as exc:
                 raise TraceFormatError(out, "output folder", f"cannot be created or written "
                                        f"({exc.strerror or exc}): choose another folder") from None
+            # Again, now that the folder is ours: a convert into it may have ended meanwhile.
+            earlier = [p.name for p in our_outputs(out, prefix)]
+            if earlier and not overwrite:
+                _refuse_earlier(out, earlier)
         runner = make_executor(executor, workers, len(jobs), progress, ray_address)
         bar = progress_bar(len(jobs), progress)
         args = [(job, staging, options) for job in jobs]
@@ -269,9 +280,14 @@ def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike
             # removed before the new ones move in: renaming over an existing file makes ext4
             # (auto_da_alloc) write the new file out before the rename returns (45 ms for 16
             # ResNet ranks' ETs), which removing it first does not.
+            names = os.listdir(staging)
+            in_the_way = [out / name for name in names if (out / name).is_dir()]
+            if in_the_way:  # before anything moves: all of the outputs, or none
+                raise IsADirectoryError(errno.EISDIR, "a folder where a file goes",
+                                        str(in_the_way[0]))
             for name in earlier:
                 (out / name).unlink(missing_ok=True)
-            for name in os.listdir(staging):
+            for name in names:
                 os.replace(Path(staging) / name, out / name)
         done = True
     finally:
@@ -283,9 +299,21 @@ def convert_paths(inputs: Sequence[str | os.PathLike], outdir: str | os.PathLike
             remote_out.cleanup(failed=not done)
         elif staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
-            if not done and created:
-                shutil.rmtree(out, ignore_errors=True)  # a failed convert leaves nothing behind
+        if lock is not None:
+            storage.release_folder(lock)
+        if not done and created and not remote_out:
+            try:  # a failed convert leaves nothing behind: the folder it made, if still empty
+                out.rmdir()
+            except OSError:
+                pass
     return ConvertResult(out, results, comm_group, warnings)
+
+
+def _refuse_earlier(out: Path | str, earlier: list[str]) -> None:
+    shown = ", ".join(earlier[:3]) + (" ..." if len(earlier) > 3 else "")
+    raise TraceFormatError(out, "output folder",
+                           f"holds an earlier conversion ({len(earlier)} file(s): {shown}): "
+                           f"add --overwrite to replace it, or choose another folder")
 
 
 def our_outputs(out: Path, prefix: str | None = None) -> list[Path]:

@@ -118,6 +118,72 @@ def local_job(job: object) -> Iterator[object]:
 
 # -- outputs ------------------------------------------------------------------------------------
 
+LOCK_FILE = ".chakra-hooks.lock"
+
+
+def claim_folder(out: Path, warn) -> Path:
+    """Claim a local output folder for one convert: an exclusive lock file holding our pid and
+    host. A lock whose process is gone (a convert killed with SIGKILL) is taken over, and the
+    staging folders such converts left are removed, said. Raises TraceFormatError while
+    another convert holds the folder. Returns the lock, for :func:`release_folder`."""
+    import socket
+
+    lock = out / LOCK_FILE
+    me = f"{os.getpid()}@{socket.gethostname()}"
+    while True:
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            holder = _read_lock(lock)
+            if holder is None:
+                continue  # released between our two looks
+            if _alive(holder):
+                raise TraceFormatError(out, "output folder", f"another convert (process "
+                                       f"{holder}) is writing to it: wait for it to end, or "
+                                       f"choose another folder") from None
+            try:  # stale: moved aside in one step, so that of two converts only one takes it
+                os.rename(lock, f"{lock}.{os.getpid()}.stale")
+                os.unlink(f"{lock}.{os.getpid()}.stale")
+            except FileNotFoundError:
+                pass
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(me)
+        break
+    for stale in sorted(out.glob(STAGING_PREFIX + "*")):
+        if stale.is_dir():
+            shutil.rmtree(stale, ignore_errors=True)
+            warn(f"{stale}: removed, the staging folder of a convert that did not finish")
+    return lock
+
+
+def release_folder(lock: Path) -> None:
+    lock.unlink(missing_ok=True)
+
+
+def _read_lock(lock: Path) -> str | None:
+    try:
+        return lock.read_text().strip() or "?"
+    except FileNotFoundError:
+        return None
+
+
+def _alive(holder: str) -> bool:
+    """Whether the process that wrote a lock still runs (one on another host: taken to)."""
+    import socket
+
+    pid, _, host = holder.partition("@")
+    if host != socket.gethostname() or not pid.isdigit():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def move_and_copy(staging: str, name: str, first: str, second: str) -> None:
     """In the staging folder (local or remote): ``name`` renamed ``first``, and copied to
     ``second``."""

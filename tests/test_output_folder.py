@@ -148,3 +148,41 @@ def test_overwrite_replaces_only_the_prefix_being_written(dlrm_two_ranks, tmp_pa
     convert_paths([dlrm_two_ranks], out, prefix="foo", progress=False, overwrite=True)
     assert sorted(p.name for p in out.glob("chakra.*.et")) == kept
     assert sorted(p.name for p in out.glob("foo.*.et")) == [k.replace("chakra", "foo") for k in kept]
+
+
+def test_two_converts_into_one_folder_exactly_one_succeeds(corpus, dlrm_two_ranks, tmp_path):
+    """Started 0.3 s apart, both used to exit 0, the later silently replacing the other's ETs;
+    the output folder is now claimed (a lock holding the convert's pid), and the earlier-output
+    check runs again once it is."""
+    import time
+
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "chakra_hooks", "convert", str(dlrm_two_ranks), "-o", str(out)]
+    first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.3)
+    second = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    codes = sorted(p.wait(timeout=300) for p in (first, second))
+    assert codes == [0, 1]
+    said = first.stderr.read() + second.stderr.read()
+    assert "another convert" in said or "holds an earlier conversion" in said
+    assert not list(out.glob(".chakra-hooks*"))  # no lock, no staging left
+
+
+def test_a_killed_converts_staging_is_removed_by_the_next(corpus, dlrm_two_ranks, tmp_path):
+    """A convert killed with SIGKILL leaves its lock and its staging folder (sometimes with a
+    partial ET); the next convert into the folder takes the lock over and removes the staging,
+    saying so."""
+    out = tmp_path / "out"
+    out.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    import socket
+
+    (out / ".chakra-hooks.lock").write_text(f"{dead}@{socket.gethostname()}")
+    left = out / ".chakra-hooks-abc123"
+    left.mkdir()
+    (left / "chakra.0.et.tmp").write_bytes(b"partial")
+    done = _cli("convert", str(dlrm_two_ranks), "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert f"{left}: removed, the staging folder of a convert that did not finish" in done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["chakra.0.et", "chakra.1.et"]

@@ -66,6 +66,7 @@ def discover(files: list[Path], warn: Callable[[str], None]) -> tuple[list[RankJ
                            and _RANK_MANIFEST.match(f.name))
             _claim_unlisted(manifest, files, claimed, warn)
     sniffed = []
+    skipped: dict[str, list[Path]] = {}  # problem -> files
     for path in files:
         if path in claimed or not _is_json(path):
             continue
@@ -73,9 +74,16 @@ def discover(files: list[Path], warn: Callable[[str], None]) -> tuple[list[RankJ
         if found is not None:
             sniffed.append(found)
         elif not _RANK_MANIFEST.match(path.name):
-            # Said, not passed over: an empty or corrupt trace beside a good one would
-            # otherwise leave its rank converted with half its data and no word why.
-            warn(f"{path}: skipped: {problem}")
+            skipped.setdefault(problem, []).append(path)
+    # Said, not passed over: an empty or corrupt trace beside a good one would otherwise leave
+    # its rank converted with half its data and no word why. One line per reason: a folder of
+    # 10,000 empty files is one warning, not 10,000.
+    for problem, paths in skipped.items():
+        if len(paths) <= 3:
+            for path in paths:
+                warn(f"{path}: skipped: {problem}")
+        else:
+            warn(f"{len(paths):,} files skipped ({paths[0]}, {paths[1]}, ...): {problem}")
     if sniffed:
         jobs.extend(_pair(sniffed, warn))
         claimed.update(s.path for s in sniffed)

@@ -1,0 +1,71 @@
+"""Faults end in one line: a folder where an output file goes, values nested thousands of
+levels deep, a folder of many empty files (one warning with a count, not one per file), a
+full disk (a file system's error named, not a traceback)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from chakra_hooks.cli import _os_error
+
+
+def _cli(*args: object) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "chakra_hooks", *map(str, args)],
+                          capture_output=True, text=True, timeout=300)
+
+
+def _one_error(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("chakra-hooks: error")]
+    assert len(errors) == 1, result.stderr
+    return errors[0]
+
+
+def test_a_folder_where_an_et_goes(dlrm_two_ranks, tmp_path):
+    out = tmp_path / "out"
+    (out / "chakra.0.et").mkdir(parents=True)  # was IsADirectoryError, 27 lines
+    line = _one_error(_cli("convert", dlrm_two_ranks, "-o", out, "--overwrite"))
+    assert f"{out / 'chakra.0.et'}: a folder where a file goes" in line
+    assert sorted(p.name for p in out.iterdir()) == ["chakra.0.et"]  # nothing else left
+
+
+def test_values_nested_thousands_deep(tmp_path):
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1,
+               "ts": 1000 + i, "dur": 5, "args": {"External id": i + 1}} for i in range(5)]
+    text = json.dumps({"schemaVersion": 1, "traceEvents": events})
+    deep = '{"a":' * 3000 + "1" + "}" * 3000  # was RecursionError, 44 lines
+    text = text.replace('"External id": 3}', '"External id": 3, "deep": ' + deep + "}")
+    trace = tmp_path / "deep.json"
+    trace.write_text(text)
+    line = _one_error(_cli("convert", trace, "-o", tmp_path / "out"))
+    assert f"{trace}: a value nested too deeply" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_many_skipped_files_are_one_warning(corpus, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("kineto.json.gz",):
+        (run / name).write_bytes((corpus / "pytorch" / "rtx2080_linear" / name).read_bytes())
+    for i in range(40):
+        (run / f"empty{i}.json").write_text("")
+    done = _cli("convert", run, "-o", tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    skipped = [line for line in done.stderr.splitlines() if "skipped" in line]
+    assert skipped == [line for line in skipped if "40 files skipped" in line] and len(skipped) == 1
+
+
+@pytest.mark.parametrize("errno_name, says", [("ENOSPC", "no space left on the device"),
+                                              ("EISDIR", "a folder where a file goes")])
+def test_file_system_errors_read_as_one_line(errno_name, says):
+    import errno
+
+    code = getattr(errno, errno_name)
+    line = _os_error(OSError(code, "x", "/out/chakra.0.et"))
+    assert line.startswith("/out/chakra.0.et: ") and says in line
+    moved = _os_error(OSError(code, "x", "/out/.staging/chakra.0.et", None, "/out/chakra.0.et"))
+    assert moved.startswith("/out/chakra.0.et: ")
