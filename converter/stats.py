@@ -105,7 +105,7 @@ def span_us(times: dict[int, tuple[float | None, float]]) -> float:
 def _kind(node: Node, attrs: dict) -> str:
     if node.name == GAP_NAME:
         return "gap"
-    if node.type in _COMM:
+    if node.type in _COMM or "comm_unresolved" in attrs:  # (a NCCL kernel with no known peer)
         return "comm"
     if node.type in _MEM:
         return "mem"

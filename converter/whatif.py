@@ -38,6 +38,7 @@ from .stats import critical_path, node_times, span_us
 _COMM = frozenset((COMM_COLL, COMM_SEND, COMM_RECV))
 COMM_TYPES = {CollectiveCommType.Name(v).lower(): v for v in CollectiveCommType.values()}
 KINDS = ("compute", "comm", "gap")
+UNRESOLVED = "comm_unresolved"
 RUN_KINDS = (*KINDS, "peer")
 
 
@@ -106,7 +107,11 @@ class RunWhatIf:
 def _kind(node: Node) -> str:
     if node.name == GAP_NAME:
         return "gap"
-    return "comm" if node.type in _COMM else "compute"
+    if node.type in _COMM:
+        return "comm"
+    # A NCCL kernel whose launch is not in the trace is a COMP node (no peer is known), but
+    # communication all the same: --comm scales it, --compute does not.
+    return "comm" if any(a.name == UNRESOLVED for a in node.attr) else "compute"
 
 
 def collectives_in_order(nodes: Sequence[Node], times: dict[int, tuple]) -> list[Node]:

@@ -69,3 +69,27 @@ def test_file_system_errors_read_as_one_line(errno_name, says):
     assert line.startswith("/out/chakra.0.et: ") and says in line
     moved = _os_error(OSError(code, "x", "/out/.staging/chakra.0.et", None, "/out/chakra.0.et"))
     assert moved.startswith("/out/chakra.0.et: ")
+
+
+def test_events_whose_time_cannot_belong_to_the_trace_are_dropped_and_said(corpus, tmp_path):
+    """A kernel at ts 0 (53 years before the rest) made a host_gap of 1.7e15 us; a cpu_op of
+    1e12 us swallowed the later ops of its thread. Both kept silently, exit 0."""
+    import gzip
+
+    from chakra_hooks.converter import etio
+    from chakra_hooks.converter.stats import rank_stats
+
+    doc = json.loads(gzip.decompress((corpus / "pytorch" / "rtx2080_linear" /
+                                      "kineto.json.gz").read_bytes()))
+    events = doc["traceEvents"]
+    [e for e in events if e.get("cat") == "kernel"][5]["ts"] = 0
+    [e for e in events if e.get("cat") == "cpu_op"][10]["dur"] = 1e12
+    trace = tmp_path / "kineto.json"
+    trace.write_text(json.dumps(doc))
+    done = _cli("convert", trace, "-o", tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    assert "2 events dropped whose time cannot belong to the trace" in done.stderr
+    et = etio.read_et(tmp_path / "out" / "chakra.0.et")
+    meta = {a.name: a for a in et.metadata.attr}
+    assert meta["kineto_out_of_range"].int64_val == 2
+    assert rank_stats("x", et.nodes).span_us < 10e6  # seconds, as recorded; not decades

@@ -120,6 +120,7 @@ class KinetoTrace:
     events_total: int = 0
     unknown_dur: list[KEvent] = field(default_factory=list)  # kept events the file gave no dur
     duplicates: int = 0  # exact repeats of kept events, dropped (see drop_duplicates)
+    out_of_range: list = field(default_factory=list)  # kept events far from the rest, dropped
     ids: dict = field(default_factory=dict)  # reading: pid / tid values -> one shared object
     names: dict = field(default_factory=dict)  # reading: event name -> the interned name
     _full_names: dict = field(default_factory=dict)  # reading: category -> wants_full_args cache
@@ -332,6 +333,7 @@ def _read_trace(path: Path, raw_bytes: int, doc: _KinetoDoc | _KinetoRest,
         _index_flow_ends(trace, chunks)
     trace.events_total = total
     drop_duplicates(trace)
+    drop_out_of_range(trace)
     if not (trace.host or trace.device or trace.runtime):
         raise TraceFormatError(path, "traceEvents", "at least one cpu_op, runtime or device event "
                                "(the trace is empty)")
@@ -431,6 +433,26 @@ def _read_events(trace: KinetoTrace, events: list[KEvent], first: int) -> int:
         if ev.args.correlation is None:
             uncorrelated += 1
     return uncorrelated
+
+
+def drop_out_of_range(trace: KinetoTrace) -> None:
+    """Drop kept events whose time cannot belong to the trace: a start more than a day from
+    the median start of the kept events, or a duration over a day. A profile spans seconds to
+    minutes; one kernel at ts 0 (53 years early) made a gap of decades, one cpu_op of 12 days
+    swallowed the 7,325 later ops of its thread. Kept in ``out_of_range`` for the linker's
+    warning and the metadata."""
+    lists = (trace.host, trace.runtime, trace.device, trace.syncs)
+    sample = sorted(ev.start for kept in lists for ev in kept[::997] or kept[:1])
+    if not sample:
+        return
+    middle = sample[len(sample) // 2]
+    lo, hi = middle - _DAY_NS, middle + _DAY_NS
+    for kept in lists:
+        bad = [ev for ev in kept if not lo <= ev.start <= hi or ev.dur > _DAY_NS]
+        if bad:
+            trace.out_of_range.extend(bad)
+            dropped = set(map(id, bad))
+            kept[:] = [ev for ev in kept if id(ev) not in dropped]
 
 
 def drop_duplicates(trace: KinetoTrace) -> None:

@@ -782,6 +782,14 @@ class PytorchLinker:
             stats["kineto_device_events"] = len(kt.device)
             stats["input_bytes"] = stats.get("input_bytes", 0) + kt.raw_bytes
             trace.metadata.update(kineto_file=kt.path.name, kineto_events=kt.events_total)
+            if kt.out_of_range:
+                far = kt.out_of_range
+                stats["out_of_range_events"] = len(far)
+                trace.metadata["kineto_out_of_range"] = len(far)
+                shown = ", ".join(repr(ev.name[:40]) for ev in far[:3])
+                trace.warnings.append(f"{kt.path}: {len(far)} events dropped whose time cannot "
+                                      f"belong to the trace (starting over a day from the rest, "
+                                      f"or lasting over a day: {shown})")
             if kt.duplicates:
                 stats["duplicate_events"] = kt.duplicates
                 trace.warnings.append(f"{kt.path}: {kt.duplicates} exact repeats of earlier "

@@ -72,6 +72,20 @@ def test_sendrecv_kernels_without_their_launch_are_not_invalid_p2p_nodes(corpus,
         assert len(unresolved) == 5 and all(n.type == COMP and "SendRecv" in n.name for n in unresolved)
         summary = summarize(target, GlobalMetadata(), nodes)
         assert summary.unknown.get("comm_unresolved") == 5
+    # Still communication to stats and whatif: --comm scales them, --compute does not (they
+    # were device compute: 24.3 ms of a 71.5 ms top op on an MI300X trace moved with --compute).
+    from chakra_hooks.converter import whatif
+    from chakra_hooks.converter.stats import _kind
+
+    nodes, _ = _convert(source, tmp_path / "again", "full")
+    unresolved = [n for n in nodes if "comm_unresolved" in _attrs(n)]
+    assert len(unresolved) == 5 and all(_kind(n, _attrs(n)) == "comm" and whatif._kind(n) == "comm" for n in unresolved)
+    durations = {n.id: n.duration_micros for n in unresolved}
+    times = {n.id: (float(n.start_time_micros), float(n.duration_micros)) for n in nodes}
+    attrs = {n.id: {} for n in nodes}
+    _, slower = whatif.durations(nodes, attrs, times, whatif.Change(compute=2.0))
+    _, faster = whatif.durations(nodes, attrs, times, whatif.Change(comm=0.5))
+    assert all(slower[i] == d and faster[i] == d * 0.5 for i, d in durations.items())
 
 
 def test_a_c10d_call_that_launched_no_kernel_is_a_host_op(corpus, tmp_path):
