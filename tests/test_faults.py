@@ -93,3 +93,22 @@ def test_events_whose_time_cannot_belong_to_the_trace_are_dropped_and_said(corpu
     meta = {a.name: a for a in et.metadata.attr}
     assert meta["kineto_out_of_range"].int64_val == 2
     assert rank_stats("x", et.nodes).span_us < 10e6  # seconds, as recorded; not decades
+
+
+def test_ops_and_kernels_that_are_not_complete_events_are_said(corpus, tmp_path):
+    """Kernels without ph (6,080 kernels and all 75 collectives of a run) and an op whose ph
+    became "B" were gone without a word: only complete events ("X") are read."""
+    import gzip
+
+    doc = json.loads(gzip.decompress((corpus / "pytorch" / "rtx2080_linear" /
+                                      "kineto.json.gz").read_bytes()))
+    events = doc["traceEvents"]
+    for e in [e for e in events if e.get("cat") == "kernel"][:100]:
+        del e["ph"]
+    [e for e in events if e.get("cat") == "cpu_op"][3]["ph"] = "B"
+    trace = tmp_path / "kineto.json"
+    trace.write_text(json.dumps(doc))
+    done = _cli("convert", trace, "-o", tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    assert ("101 events of op / kernel categories are not complete events (ph 'X') and were "
+            "not read: 100 kernel without ph, 1 cpu_op with ph 'B'") in done.stderr

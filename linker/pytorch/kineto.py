@@ -121,6 +121,9 @@ class KinetoTrace:
     unknown_dur: list[KEvent] = field(default_factory=list)  # kept events the file gave no dur
     duplicates: int = 0  # exact repeats of kept events, dropped (see drop_duplicates)
     out_of_range: list = field(default_factory=list)  # kept events far from the rest, dropped
+    # (category, phase) -> events of a kept category that are not complete events ("X"): not
+    # read (a begin / end pair, an instant, no phase at all), counted for a warning
+    other_phases: dict = field(default_factory=dict)
     ids: dict = field(default_factory=dict)  # reading: pid / tid values -> one shared object
     names: dict = field(default_factory=dict)  # reading: event name -> the interned name
     _full_names: dict = field(default_factory=dict)  # reading: category -> wants_full_args cache
@@ -365,6 +368,9 @@ def _read_events(trace: KinetoTrace, events: list[KEvent], first: int) -> int:
     full_raws: list[msgspec.Raw] = []
     for index, ev in enumerate(events, first):
         if ev.ph != "X":
+            if ev.cat in out_of:  # an op or kernel not written as a complete event: said
+                key = (ev.cat, ev.ph)
+                trace.other_phases[key] = trace.other_phases.get(key, 0) + 1
             continue
         found = out_of.get(ev.cat)
         if found is None:

@@ -782,6 +782,15 @@ class PytorchLinker:
             stats["kineto_device_events"] = len(kt.device)
             stats["input_bytes"] = stats.get("input_bytes", 0) + kt.raw_bytes
             trace.metadata.update(kineto_file=kt.path.name, kineto_events=kt.events_total)
+            if kt.other_phases:
+                count = sum(kt.other_phases.values())
+                stats["other_phase_events"] = count
+                trace.metadata["kineto_other_phases"] = count
+                shown = ", ".join(f"{n} {cat} " + (f"with ph {ph!r}" if ph else "without ph")
+                                  for (cat, ph), n in
+                                  sorted(kt.other_phases.items(), key=lambda kv: -kv[1])[:3])
+                trace.warnings.append(f"{kt.path}: {count} events of op / kernel categories are "
+                                      f"not complete events (ph 'X') and were not read: {shown}")
             if kt.out_of_range:
                 far = kt.out_of_range
                 stats["out_of_range_events"] = len(far)
