@@ -782,23 +782,7 @@ class PytorchLinker:
             stats["kineto_device_events"] = len(kt.device)
             stats["input_bytes"] = stats.get("input_bytes", 0) + kt.raw_bytes
             trace.metadata.update(kineto_file=kt.path.name, kineto_events=kt.events_total)
-            if kt.other_phases:
-                count = sum(kt.other_phases.values())
-                stats["other_phase_events"] = count
-                trace.metadata["kineto_other_phases"] = count
-                shown = ", ".join(f"{n} {cat} " + (f"with ph {ph!r}" if ph else "without ph")
-                                  for (cat, ph), n in
-                                  sorted(kt.other_phases.items(), key=lambda kv: -kv[1])[:3])
-                trace.warnings.append(f"{kt.path}: {count} events of op / kernel categories are "
-                                      f"not complete events (ph 'X') and were not read: {shown}")
-            if kt.out_of_range:
-                far = kt.out_of_range
-                stats["out_of_range_events"] = len(far)
-                trace.metadata["kineto_out_of_range"] = len(far)
-                shown = ", ".join(repr(ev.name[:40]) for ev in far[:3])
-                trace.warnings.append(f"{kt.path}: {len(far)} events dropped whose time cannot "
-                                      f"belong to the trace (starting over a day from the rest, "
-                                      f"or lasting over a day: {shown})")
+            _say_doubts(kt, trace, stats)
             if kt.duplicates:
                 stats["duplicate_events"] = kt.duplicates
                 trace.warnings.append(f"{kt.path}: {kt.duplicates} exact repeats of earlier "
@@ -1057,3 +1041,27 @@ def _split_attrs(op: Op, meta: CommMeta) -> None:
 
 
 __all__ = ["load", "link", "TraceFormatError"]
+
+
+def _say_doubts(kt, trace, stats: dict) -> None:
+    """The Kineto events the reader did not keep as they were, said and counted: events of op
+    and kernel categories that are not complete events, and events whose time cannot belong
+    to the trace (linker/pytorch/kineto.py). (Apart from _finish, which the compiled build
+    makes a cpdef method: those take no generator expressions.)"""
+    if kt.other_phases:
+        count = sum(kt.other_phases.values())
+        stats["other_phase_events"] = count
+        trace.metadata["kineto_other_phases"] = count
+        shown = ", ".join(f"{n} {cat} " + (f"with ph {ph!r}" if ph else "without ph")
+                          for (cat, ph), n in sorted(kt.other_phases.items(),
+                                                     key=lambda kv: -kv[1])[:3])
+        trace.warnings.append(f"{kt.path}: {count} events of op / kernel categories are "
+                              f"not complete events (ph 'X') and were not read: {shown}")
+    if kt.out_of_range:
+        far = kt.out_of_range
+        stats["out_of_range_events"] = len(far)
+        trace.metadata["kineto_out_of_range"] = len(far)
+        shown = ", ".join(repr(ev.name[:40]) for ev in far[:3])
+        trace.warnings.append(f"{kt.path}: {len(far)} events dropped whose time cannot "
+                              f"belong to the trace (starting over a day from the rest, "
+                              f"or lasting over a day: {shown})")

@@ -39,11 +39,15 @@ def test_a_straggler_made_fast_predicts_the_run_without_it(tmp_path):
         theirs = [float(m) for m in re.findall(r"peer wait ([\d.]+) us", text)]
         assert waits[0] == pytest.approx(theirs[0], rel=0.10), (waits, theirs)
     # The ASTRA-sim network is fitted to transfers, so the straggler does not slow it (fitted to
-    # whole durations it halved: 0.135 -> 0.063 GB/s).
-    fitted = []
+    # whole durations it halved: 0.135 -> 0.063 GB/s). gloo's own transfers on this loopback
+    # vary by up to 30 % from one recording to the next (benchmarks/bench_straggler.py prints
+    # the pairs: 6-30 % apart), so what is held is that the fits differ only as the transfers
+    # they were given do, not as the waits.
+    fitted, moved = [], []
     for run in (slow, even):
         out = run.out.with_name(run.out.name + "_astra")
         convert_paths([run.capture], out, target="astra-sim", progress=False, warn=lambda _: None)
         text = (out / "astra_network.yml").read_text()
         fitted.append(float(re.search(r"bandwidth: \[ ([\d.e+-]+) \]", text).group(1)))
-    assert fitted[0] == pytest.approx(fitted[1], rel=0.25), fitted
+        moved.append(sum(run.peers.transfer_us.values()))
+    assert fitted[0] / fitted[1] == pytest.approx(moved[1] / moved[0], rel=0.15), (fitted, moved)
