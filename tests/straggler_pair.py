@@ -16,6 +16,7 @@ from chakra_hooks.converter import whatif
 
 REPO = Path(__file__).resolve().parents[1]
 PREMISE = 0.05  # rank 0's compute, and rank 1's over SLOW, agree between the runs this well
+TRANSFER_PREMISE = 0.15  # and the collectives' transfers (both ranks) this well
 
 
 @dataclass
@@ -24,6 +25,10 @@ class Run:
     out: Path
     ranks: list
     peers: run_peers.Peers
+
+    def transfer_ms(self) -> float:
+        """The matched collectives' transfers, both ranks (converter/peers.py)."""
+        return sum(self.peers.transfer_us.values()) / 1e3
 
     def compute_ms(self) -> list[float]:
         """Per rank, its compute nodes' time added up (not gaps, not communication)."""
@@ -48,18 +53,26 @@ def record(root: Path, slows: tuple[int, ...]) -> list[Run]:
 
 
 def mismatch(slow_run: Run, even_run: Run, slow: int) -> float:
-    """How far the pair is from differing in rank 1's compute only (0: not at all)."""
+    """How far the pair is from differing in rank 1's compute only (0: not at all), in units
+    of the premise's tolerance."""
     (a0, a1), (b0, b1) = slow_run.compute_ms(), even_run.compute_ms()
-    return max(abs(a0 / b0 - 1), abs(a1 / (slow * b1) - 1))
+    moved = abs(slow_run.transfer_ms() / even_run.transfer_ms() - 1)
+    return max(abs(a0 / b0 - 1) / PREMISE, abs(a1 / (slow * b1) - 1) / PREMISE,
+               moved / TRANSFER_PREMISE)
 
 
 def premise(slow_run: Run, even_run: Run, slow: int) -> str | None:
-    """Why the pair is not the same program but for rank 1's compute, or None."""
+    """Why the pair is not the same program but for rank 1's compute, or None: rank 0's
+    compute, rank 1's over SLOW and the collectives' transfers (gloo's, on the same cores,
+    vary by up to 30 % between recordings) must agree."""
     (a0, a1), (b0, b1) = slow_run.compute_ms(), even_run.compute_ms()
     if abs(a0 / b0 - 1) > PREMISE:
         return f"rank 0's compute {a0:.1f} ms against {b0:.1f} ms"
     if abs(a1 / (slow * b1) - 1) > PREMISE:
         return f"rank 1's compute {a1:.1f} ms against {slow} x {b1:.1f} ms"
+    ta, tb = slow_run.transfer_ms(), even_run.transfer_ms()
+    if abs(ta / tb - 1) > TRANSFER_PREMISE:
+        return f"transfers {ta:.1f} ms against {tb:.1f} ms"
     return None
 
 
