@@ -189,10 +189,11 @@ def peer_row(name: str, out: Path, kineto: list[Path]) -> None:
         text = _tool("peer-wait.py", *map(str, kineto))
         theirs = [float(m) for m in re.findall(r"peer wait share ([\d.]+)", text)]
     cells = []
+    per_rank = found.by_rank()
     for i, r in enumerate(ranks):
-        wait = sum(t for (rank, _), t in found.wait_us.items() if rank == r.rank)
-        moved = sum(t for (rank, _), t in found.transfer_us.items() if rank == r.rank)
-        unknown = sum(1 for rank, _ in found.unknown if rank == r.rank)
+        mine = per_rank.get(r.rank, run_peers.RankPeers())
+        wait, moved = sum(mine.wait_us.values()), sum(mine.transfer_us.values())
+        unknown = mine.unknown
         checker = f" (checker {theirs[i]:.1%})" if theirs else ""
         if wait + moved:
             cells.append(f"r{r.rank} {wait / (wait + moved):.1%}{checker} transfer "

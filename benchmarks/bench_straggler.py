@@ -51,8 +51,9 @@ def main() -> None:
             print(f"recorded again: premise failed ({why})")
         print(f"premise: {premise(slow, even, args.slow) or 'holds'}")
         for name, run in ((f"SLOW={args.slow}", slow), ("SLOW=1", even)):
-            waits = [sum(t for (r, _), t in run.peers.wait_us.items() if r == rank) for rank in (0, 1)]
-            moves = [sum(t for (r, _), t in run.peers.transfer_us.items() if r == rank) for rank in (0, 1)]
+            per_rank = run.peers.by_rank()
+            waits = [sum(per_rank[rank].wait_us.values()) for rank in (0, 1)]
+            moves = [sum(per_rank[rank].transfer_us.values()) for rank in (0, 1)]
             late = whatif.straggler(run.ranks, run.peers)
             print(f"{name}: compute per rank {', '.join(f'{c:.1f}' for c in run.compute_ms())} ms; "
                   f"peer wait {', '.join(f'{w / 1e3:.1f}' for w in waits)} ms (peer-wait.py "

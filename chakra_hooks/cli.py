@@ -41,9 +41,10 @@ def _et_files(paths: tuple[str, ...]) -> Iterator[Path]:
 
 
 def _rank_order(path: Path) -> tuple[str, int]:
-    stem = path.name.removesuffix(".gz").removesuffix(".et")
-    prefix, _, rank = stem.rpartition(".")
-    return (prefix, int(rank)) if rank.isdigit() else (stem, -1)
+    from chakra_hooks.converter.etio import name_and_rank
+
+    prefix, rank = name_and_rank(path)
+    return prefix, -1 if rank is None else rank
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -213,13 +214,12 @@ def stats(files: tuple[str, ...], as_json: bool) -> None:
         _fail(str(exc))
     peers = run_peers.analyse(run, groups, world)
     ranks = []
+    per_rank = peers.by_rank()
     for r in run:
-        waits = {nid: t for (rank, nid), t in peers.wait_us.items() if rank == r.rank}
-        transfers = {nid: t for (rank, nid), t in peers.transfer_us.items() if rank == r.rank}
-        unknown = sum(1 for rank, _ in peers.unknown if rank == r.rank)
-        matched = bool(waits) or unknown > 0  # a rank without communication says nothing
-        ranks.append(measure.rank_stats(r.path, r.nodes, waits if matched else None, transfers,
-                                        unknown))
+        mine = per_rank.get(r.rank, run_peers.RankPeers())
+        matched = bool(mine.wait_us) or mine.unknown > 0  # without communication: nothing said
+        ranks.append(measure.rank_stats(r.path, r.nodes, mine.wait_us if matched else None,
+                                        mine.transfer_us, mine.unknown))
     late = model.straggler(run, peers) if len(run) > 1 and peers.columns else None
     if as_json:
         for r in ranks:
@@ -455,10 +455,10 @@ def _validate_run(files: tuple[str, ...], run: dict[int, object], as_json: bool)
     """Cross-rank checks; True when there is a problem."""
     from chakra_hooks.converter.targets.astra_sim.run_rules import check_run
 
+    from chakra_hooks.converter.peers import read_groups
+
     folder = Path(files[0]) if Path(files[0]).is_dir() else Path(files[0]).parent
-    group_file = folder / "comm_group.json"
-    groups = orjson.loads(group_file.read_bytes()) if group_file.exists() else {}
-    problems = check_run(run, {str(k): v for k, v in groups.items()})
+    problems = check_run(run, read_groups(folder))
     if as_json:
         click.echo(orjson.dumps({"path": str(folder), "ok": not problems, "ranks": sorted(run),
                                  "problems": [{"check": "run", "message": p} for p in problems]}).decode())

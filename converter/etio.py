@@ -199,6 +199,14 @@ def read_et(path: str | os.PathLike) -> EtFile:
     return EtFile(Path(path), metadata, nodes, compressed, size)
 
 
+def name_and_rank(path: str | os.PathLike) -> tuple[str, int | None]:
+    """``<prefix>.<rank>.et`` (or ``.et.gz``) -> (prefix, rank); (stem, None) for a name
+    without a rank."""
+    stem = Path(path).name.removesuffix(".gz").removesuffix(".et")
+    prefix, _, rank = stem.rpartition(".")
+    return (prefix, int(rank)) if rank.isdigit() else (stem, None)
+
+
 def what_else(path: str | os.PathLike, head: bytes) -> str | None:
     """What a file that is not a Chakra ET is, from its name and first bytes, with the command
     that reads it; None when it may be a damaged ET."""

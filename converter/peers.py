@@ -105,6 +105,15 @@ def ranks_from_facts(facts: Mapping[int, Sequence[tuple]]) -> list[Rank]:
 
 
 @dataclass
+class RankPeers:
+    """One rank's part of ``Peers``."""
+
+    wait_us: dict[int, float] = field(default_factory=dict)  # node id -> us
+    transfer_us: dict[int, float] = field(default_factory=dict)
+    unknown: int = 0
+
+
+@dataclass
 class Peers:
     """What matching found: ``columns`` (each the members of one collective, or a send and
     its receive, as keys), each matched node's ``wait_us`` / ``transfer_us``, the ``unknown``
@@ -119,8 +128,17 @@ class Peers:
     clock_residual_us: float = 0.0
     notes: list[str] = field(default_factory=list)
 
-    def column_of(self) -> dict[Key, int]:
-        return {key: i for i, column in enumerate(self.columns) for key in column}
+    def by_rank(self) -> dict[int, RankPeers]:
+        """Per rank: its nodes' peer waits and transfers (node id -> us), and how many of its
+        communication nodes have their wait unknown."""
+        out: dict[int, RankPeers] = defaultdict(RankPeers)
+        for (rank, nid), wait in self.wait_us.items():
+            out[rank].wait_us[nid] = wait
+        for (rank, nid), moved in self.transfer_us.items():
+            out[rank].transfer_us[nid] = moved
+        for rank, _ in self.unknown:
+            out[rank].unknown += 1
+        return out
 
     def last_arrival(self, column: Sequence[Key]) -> Key:
         """The member the others waited for (no wait of its own)."""
@@ -323,43 +341,53 @@ GROUPS_FILE = "comm_group.json"
 
 def _rank_in_name(path, position: int) -> int:
     """``<prefix>.<rank>.et`` (the reference converter's ETs carry no rank), else ``position``."""
-    stem = path.name.removesuffix(".gz").removesuffix(".et")
-    rank = stem.rpartition(".")[2]
-    return int(rank) if rank.isdigit() else position
+    from .etio import name_and_rank
+
+    rank = name_and_rank(path)[1]
+    return position if rank is None else rank
 
 
-def read_run(paths: Sequence, read=None) -> tuple[list[Rank], dict[str, list[int]], int]:
+def read_groups(folder) -> dict[str, list[int]]:
+    """The process groups of ``comm_group.json`` in ``folder`` (group -> ranks), or none."""
+    from pathlib import Path
+
+    import orjson
+
+    from chakra_hooks.common.errors import TraceFormatError
+
+    beside = Path(folder) / GROUPS_FILE
+    if not beside.exists():
+        return {}
+    try:
+        loaded = orjson.loads(beside.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise TraceFormatError(beside, "file", f"JSON, a process group -> ranks object ({exc})"
+                               ) from None
+    if not isinstance(loaded, dict) or not all(isinstance(v, list) for v in loaded.values()):
+        raise TraceFormatError(beside, "file", "a process group -> ranks object")
+    return {str(k): [int(m) for m in v] for k, v in loaded.items()}
+
+
+def read_run(paths: Sequence) -> tuple[list[Rank], dict[str, list[int]], int]:
     """The ETs of one run as Ranks (rank from each file's metadata, else its position), the
     process groups from ``comm_group.json`` beside the first file, and the run's size: the
     largest ``world_size`` an ET states, else the smallest that holds the ranks present."""
     from pathlib import Path
 
-    import orjson
-
     from . import etio
 
     ranks, world = [], 0
     for position, path in enumerate(paths):
-        et = (read or etio.read_et)(path)
+        et = etio.read_et(path)
         meta = {a.name: value_of(a) for a in et.metadata.attr}
         rank = int(meta["rank"]) if isinstance(meta.get("rank"), int) else _rank_in_name(
-            Path(str(path)), position)
+            path, position)
         world = max(world, int(meta["world_size"]) if isinstance(meta.get("world_size"), int) else 0)
         ranks.append(Rank(rank, str(path), et.nodes))
     if len({r.rank for r in ranks}) < len(ranks):
         # One ET under several names (a one-rank --target astra-sim run, written as NPUs 0
         # and 1): the names say which NPU each is.
         for position, r in enumerate(ranks):
-            r.rank = _rank_in_name(Path(r.path), position)
-    groups: dict[str, list[int]] = {}
-    beside = Path(str(paths[0])).parent / GROUPS_FILE if paths else None
-    if beside is not None and beside.exists():
-        try:
-            loaded = orjson.loads(beside.read_bytes())
-        except orjson.JSONDecodeError as exc:
-            raise ValueError(f"{beside}: not JSON ({exc}); expected a process group -> ranks "
-                             f"object") from None
-        if not isinstance(loaded, dict):
-            raise ValueError(f"{beside}: expected a process group -> ranks object")
-        groups = {str(k): [int(m) for m in v] for k, v in loaded.items()}
+            r.rank = _rank_in_name(r.path, position)
+    groups = read_groups(Path(str(paths[0])).parent) if paths else {}
     return ranks, groups, world or ranks_at_least(ranks)

@@ -72,26 +72,25 @@ class RankTimeline:
     waits: list[Slice] = field(default_factory=list)
 
 
-def schedule(rank: int, path: str, nodes: Sequence[Node], dur: dict[int, float] | None = None,
-             replay: bool = False, values: dict[int, dict] | None = None) -> RankTimeline:
-    """Recorded times (or, with ``replay`` or when the ET has none, the replay with ``dur``,
-    us, or the measured durations, from the rank's first recorded moment) and the critical
-    path under those durations. ``values``: :func:`node_values` of the nodes, if at hand."""
+def schedule(rank: int, path: str, nodes: Sequence[Node],
+             values: dict[int, dict] | None = None) -> RankTimeline:
+    """Recorded times (or, when the ET has none, the replay of the measured durations, from
+    the rank's first recorded moment) and the critical path under those durations.
+    ``values``: :func:`node_values` of the nodes, if at hand."""
     values = values if values is not None else node_values(nodes)
     exact = {n.id: _exact_times(n, values[n.id]) for n in nodes}
-    if dur is None:  # as converter.stats.node_times reads them, so the totals agree
-        dur = {}
-        for node in nodes:
-            start, length = exact[node.id]
-            v = values[node.id]
-            if start is not None:
-                dur[node.id] = (v["duration_ns"] * 1e-3 if "start_ns" in v and "duration_ns" in v
-                                else length / PS_PER_US)
-            else:
-                dur[node.id] = 0.0 if "duration_unknown" in v else float(node.duration_micros)
+    dur = {}  # as converter.stats.node_times reads them, so the totals agree
+    for node in nodes:
+        start, length = exact[node.id]
+        v = values[node.id]
+        if start is not None:
+            dur[node.id] = (v["duration_ns"] * 1e-3 if "start_ns" in v and "duration_ns" in v
+                            else length / PS_PER_US)
+        else:
+            dur[node.id] = 0.0 if "duration_unknown" in v else float(node.duration_micros)
     offset = min((t for t, _ in exact.values() if t is not None), default=0)
     finish, via = critical_path(nodes, dur)
-    by_replay = replay or not any(t is not None for t, _ in exact.values())
+    by_replay = not any(t is not None for t, _ in exact.values())
     slices = {}
     stuck_at = offset + round(max(finish.values(), default=0.0) * PS_PER_US)
     stuck = 0
@@ -131,7 +130,7 @@ def add_waits(tl: RankTimeline, waits: dict[int, float]) -> None:
 def from_run(rank: int, path: str, nodes: Sequence[Node], values: dict[int, dict],
              replayed: dict[int, tuple[float, float, float]], origin_ps: int,
              predicted_us: float) -> RankTimeline:
-    """One rank's nodes as the run's replay placed them (``whatif.Schedule.of_rank``: finish,
+    """One rank's nodes as the run's replay placed them (``whatif.Schedule.per_rank``: finish,
     duration, wait, us from the run's first start at ``origin_ps``), its critical path the
     rank's longest chain of its own nodes, its collectives' waits apart; ``predicted_us``: the
     rank's span in that replay."""
@@ -390,10 +389,10 @@ def draw_files(paths: Sequence[Path], change: Change | None = None, described: s
                 theirs = run_peers.read_run(list(comm_from))
                 elsewhere = whatif.run_comm_times(theirs[0], run_peers.analyse(*theirs))
             run = whatif.replay_run(ranks, change, only, peers, elsewhere)
-            origin = min(r.start() - peers.offsets_us.get(r.rank, 0.0) for r in ranks)
+            replayed = run.after.per_rank(len(ranks))
             for index, (r, v) in enumerate(zip(ranks, values)):
-                predicted.append(from_run(r.rank, r.path, r.nodes, v, run.after.of_rank(index),
-                                          round(origin * PS_PER_US),
+                predicted.append(from_run(r.rank, r.path, r.nodes, v, replayed[index],
+                                          round(run.origin_us * PS_PER_US),
                                           run.ranks[index].predicted_us))
         doc = build(recorded, predicted, described if change is not None else "", flows)
         return orjson.dumps(doc), recorded, predicted

@@ -94,6 +94,7 @@ class RunWhatIf:
     notes: list[str]
     before: Schedule | None = None
     after: Schedule | None = None
+    origin_us: float = 0.0  # the run's first start, on the corrected clocks: the schedules' 0
 
     def to_json(self) -> dict:
         return {"ranks": len(self.ranks), "span_us": round(self.span_us, 3),
@@ -190,10 +191,23 @@ class Schedule:
     waited: dict[int, float]
     notes: list[str]
 
-    def of_rank(self, index: int) -> dict[int, tuple[float, float, float]]:
-        """Node id -> (finish, duration, wait) of one rank's nodes."""
-        return {key - index * _STRIDE: (t, self.took.get(key, 0.0), self.waited.get(key, 0.0))
-                for key, t in self.finish.items() if key // _STRIDE == index}
+    def rank_ends(self, ranks: int) -> list[float]:
+        """Each rank's last finish (by rank index), in one pass."""
+        ends = [0.0] * ranks
+        for key, t in self.finish.items():
+            index = key // _STRIDE
+            if t > ends[index]:
+                ends[index] = t
+        return ends
+
+    def per_rank(self, ranks: int) -> list[dict[int, tuple[float, float, float]]]:
+        """By rank index, node id -> (finish, duration, wait), in one pass."""
+        out: list[dict[int, tuple[float, float, float]]] = [{} for _ in range(ranks)]
+        for key, t in self.finish.items():
+            index = key // _STRIDE
+            out[index][key - index * _STRIDE] = (t, self.took.get(key, 0.0),
+                                                 self.waited.get(key, 0.0))
+        return out
 
 
 def replay_run(ranks: Sequence[run_peers.Rank], change: Change = Change(),
@@ -205,7 +219,9 @@ def replay_run(ranks: Sequence[run_peers.Rank], change: Change = Change(),
     own from ``per_rank``. ``comm_from``: per rank, the other run's communication times in
     start order (``run_comm_times``)."""
     peers = peers or run_peers.analyse(ranks)
-    base = _bases(ranks, peers)
+    starts = [r.start() - peers.offsets_us.get(r.rank, 0.0) for r in ranks]  # corrected clocks
+    origin = min(starts, default=0.0)
+    base = [start - origin for start in starts]
     measured, transfer = {}, {}
     changed, changed_transfer = {}, {}
     for index, r in enumerate(ranks):
@@ -237,22 +253,18 @@ def replay_run(ranks: Sequence[run_peers.Rank], change: Change = Change(),
                     changed[key] = took
     before = _schedule(ranks, peers, base, measured, transfer)
     after = _schedule(ranks, peers, base, changed, changed_transfer)
-    out = []
-    for index, r in enumerate(ranks):
-        times = [t for t in r.times.values() if t[0] is not None]
-        span = (max(s + d for s, d in times) - min(s for s, _ in times)) if times else 0.0
-        out.append(RankWhatIf(r.path, span, _rank_end(before, index) - base[index],
-                              _rank_end(after, index) - base[index],
-                              _made_of(ranks, before, index, measured),
-                              _made_of(ranks, after, index, changed)))
-    starts = [(r.start() - peers.offsets_us.get(r.rank, 0.0)) for r in ranks]
+    ends_before, ends_after = before.rank_ends(len(ranks)), after.rank_ends(len(ranks))
+    by_key = {i * _STRIDE + n.id: n for i, r in enumerate(ranks) for n in r.nodes}
+    out = [RankWhatIf(r.path, span_us(r.times), ends_before[index] - base[index],
+                      ends_after[index] - base[index],
+                      _made_of(by_key, before, index, measured),
+                      _made_of(by_key, after, index, changed))
+           for index, r in enumerate(ranks)]
     ends = [max((s + d for s, d in r.times.values() if s is not None), default=0.0)
             - peers.offsets_us.get(r.rank, 0.0) for r in ranks]
-    run_before = max((_rank_end(before, i) for i in range(len(ranks))), default=0.0)
-    run_after = max((_rank_end(after, i) for i in range(len(ranks))), default=0.0)
-    return RunWhatIf(out, max(ends, default=0.0) - min(starts, default=0.0), run_before,
-                     run_after, len(peers.columns), len(peers.unknown),
-                     peers.notes + before.notes + after.notes, before, after)
+    return RunWhatIf(out, max(ends, default=0.0) - origin, max(ends_before, default=0.0),
+                     max(ends_after, default=0.0), len(peers.columns), len(peers.unknown),
+                     peers.notes + before.notes + after.notes, before, after, origin)
 
 
 @dataclass
@@ -284,14 +296,18 @@ class Straggler:
                 "slowdown": round(self.slowdown, 4)}
 
 
+def compute_us(rank: run_peers.Rank) -> float:
+    """A rank's compute: its compute nodes' durations (not gaps, not communication) added up."""
+    return sum(rank.times[n.id][1] for n in rank.nodes if _kind(n) == "compute")
+
+
 def straggler(ranks: Sequence[run_peers.Rank], peers: run_peers.Peers) -> Straggler:
     """``Straggler`` for a run (compute: a rank's compute nodes other than gaps, added up)."""
     waited = {r.rank: 0.0 for r in ranks}
     for column in peers.columns:
         last = peers.last_arrival(column)
         waited[last[0]] += sum(peers.wait_us[k] for k in column if k != last)
-    compute = {r.rank: sum(d for n in r.nodes if _kind(n) == "compute"
-                           for d in (r.times[n.id][1],)) for r in ranks}
+    compute = {r.rank: compute_us(r) for r in ranks}
     middle = sorted(compute.values())[(len(compute) - 1) // 2] if compute else 0.0
     scaled = {rank: Change(compute=middle / c) for rank, c in compute.items() if c}
     run = replay_run(ranks, peers=peers, per_rank=scaled)
@@ -306,17 +322,6 @@ def run_comm_times(ranks: Sequence[run_peers.Rank], peers: run_peers.Peers | Non
     peers = peers or run_peers.analyse(ranks)
     return {r.rank: [peers.transfer_us.get((r.rank, n.id), r.times[n.id][1])
                      for n in collectives_in_order(r.nodes, r.times)] for r in ranks}
-
-
-def _bases(ranks: Sequence[run_peers.Rank], peers: run_peers.Peers) -> list[float]:
-    """Each rank's first start on the run's corrected time base, from the run's first start."""
-    starts = [r.start() - peers.offsets_us.get(r.rank, 0.0) for r in ranks]
-    first = min(starts, default=0.0)
-    return [s - first for s in starts]
-
-
-def _rank_end(schedule: Schedule, index: int) -> float:
-    return max((t for key, t in schedule.finish.items() if key // _STRIDE == index), default=0.0)
 
 
 def _schedule(ranks: Sequence[run_peers.Rank], peers: run_peers.Peers, base: list[float],
@@ -407,7 +412,7 @@ def _schedule(ranks: Sequence[run_peers.Rank], peers: run_peers.Peers, base: lis
     return Schedule(finish, via, took, waited, notes)
 
 
-def _made_of(ranks: Sequence[run_peers.Rank], schedule: Schedule, index: int,
+def _made_of(by_key: Mapping[int, Node], schedule: Schedule, index: int,
              dur: dict[int, float]) -> dict[str, float]:
     """The critical path that ends rank ``index`` by kind; ``peer``: time on other ranks."""
     finish, via, took = schedule.finish, schedule.via, schedule.took
@@ -415,7 +420,6 @@ def _made_of(ranks: Sequence[run_peers.Rank], schedule: Schedule, index: int,
     mine = [key for key in finish if key // _STRIDE == index]
     if not mine:
         return made_of
-    by_key = {i * _STRIDE + n.id: n for i, r in enumerate(ranks) for n in r.nodes}
     at: int | None = max(mine, key=finish.get)
     while at is not None:
         before = via.get(at)
@@ -460,18 +464,6 @@ def parse_change(comm: Sequence[str], compute: str | None) -> Change:
     return Change(overall, parse_factor(compute) if compute else 1.0, by_type or None)
 
 
-def render(ranks: Sequence[RankWhatIf], change: str) -> str:
-    """One line per rank replayed alone (``replay``), and the slowest."""
-    lines = [f"what if: {change}"]
-    lines += _rank_lines(ranks, KINDS)
-    if len(ranks) > 1:
-        before = max(r.replayed_us for r in ranks)
-        after = max(r.predicted_us for r in ranks)
-        lines.append(f"run of {len(ranks)} ranks (slowest rank): replayed {before / 1e3:,.3f} ms, "
-                     f"predicted {after / 1e3:,.3f} ms ({after / before - 1:+.1%})")
-    return "\n".join(lines)
-
-
 def render_straggler(late: Straggler) -> str:
     if late.rank is None:
         return "  no rank kept the others waiting"
@@ -487,7 +479,7 @@ def render_straggler(late: Straggler) -> str:
 def render_run(run: RunWhatIf, change: str) -> str:
     """The ranks replayed together (``replay_run``): per rank, then the run."""
     lines = [f"what if: {change}"]
-    lines += _rank_lines(run.ranks, RUN_KINDS)
+    lines += _rank_lines(run.ranks)
     delta = run.predicted_us / run.replayed_us - 1 if run.replayed_us else 0.0
     lines.append(f"run of {len(run.ranks)} rank(s): {_measured(run.span_us, run.replayed_us)}, "
                  f"predicted {run.predicted_us / 1e3:,.3f} ms ({delta:+.1%} against the replay)")
@@ -510,7 +502,7 @@ def _measured(span_us: float, replayed_us: float) -> str:
             f"measured {span_us / 1e3:,.3f} ms, replayed {replayed_us / 1e3:,.3f} ms")
 
 
-def _rank_lines(ranks: Sequence[RankWhatIf], kinds: Sequence[str]) -> list[str]:
+def _rank_lines(ranks: Sequence[RankWhatIf]) -> list[str]:
     lines = []
     for r in ranks:
         delta = r.predicted_us / r.replayed_us - 1 if r.replayed_us else 0.0
@@ -519,5 +511,5 @@ def _rank_lines(ranks: Sequence[RankWhatIf], kinds: Sequence[str]) -> list[str]:
                      f"{r.predicted_us / 1e3:,.3f} ms ({delta:+.1%} against the replay)")
         lines.append("  critical path, before -> after (ms): " + ", ".join(
             f"{'other ranks' if k == 'peer' else k} {b[k] / 1e3:,.3f} -> {a[k] / 1e3:,.3f}"
-            for k in kinds))
+            for k in RUN_KINDS))
     return lines

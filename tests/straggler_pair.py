@@ -32,8 +32,7 @@ class Run:
 
     def compute_ms(self) -> list[float]:
         """Per rank, its compute nodes' time added up (not gaps, not communication)."""
-        return [sum(d for n in r.nodes if whatif._kind(n) == "compute"
-                    for d in (r.times[n.id][1],)) / 1e3 for r in self.ranks]
+        return [whatif.compute_us(r) / 1e3 for r in self.ranks]
 
 
 def record(root: Path, slows: tuple[int, ...]) -> list[Run]:
