@@ -112,3 +112,39 @@ def test_ops_and_kernels_that_are_not_complete_events_are_said(corpus, tmp_path)
     assert done.returncode == 0, done.stderr
     assert ("101 events of op / kernel categories are not complete events (ph 'X') and were "
             "not read: 100 kernel without ph, 1 cpu_op with ph 'B'") in done.stderr
+
+
+@pytest.mark.parametrize("with_et", [False, True])
+def test_collectives_whose_kernels_are_missing_stay_collectives(corpus, tmp_path, with_et):
+    """A profile without the NCCL kernels, the host's c10d calls still there: the ET had no
+    COMM node and 0 comm bytes, without a word."""
+    import gzip
+    import shutil
+
+    from chakra_hooks.converter import etio
+
+    run = corpus / "pytorch" / "v100_dlrm_8rank"
+    name = "worker0_step_12.1694128201545.pt.trace.json"
+    doc = json.loads(gzip.decompress((run / f"{name}.gz").read_bytes()))
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    nccl = [e for e in kernels if "nccl" in e["name"].lower()]
+    assert len(nccl) == 8 and len(kernels) > 100
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e not in nccl]
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / name).write_text(json.dumps(doc))
+    if with_et:
+        shutil.copy(run / "dlrm_eg_0.json.gz", tmp_path / "in")
+    done = _cli("convert", tmp_path / "in", "-o", tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    assert ("8 collectives recorded on the host have no device kernel (the device trace holds "
+            "no communication kernels): kept as COMM nodes timed by their host calls"
+            in done.stderr)
+    et = etio.read_et(tmp_path / "out" / "chakra.0.et")
+    comm = [n for n in et.nodes if n.type == 7]
+    assert len(comm) == 8
+    assert all(any(a.name == "comm_host_timed" for a in n.attr) for n in comm)
+    assert {a.name: a.int64_val for a in et.metadata.attr}["comm_host_timed"] == 8
+    sizes = [a.int64_val or a.uint64_val for n in comm for a in n.attr if a.name == "comm_size"]
+    # The ET's tensors give every size; Kineto alone records the all-to-alls' only (the
+    # all-reduces' tensor lists have no shapes there, said by comm_size_unknown).
+    assert sum(sizes) == (2549700 if with_et else 64448)

@@ -218,6 +218,14 @@ def _kineto_arg_bytes(args: dict, i: int) -> int:
     return count * dtype_bytes(types[i])
 
 
+def kineto_input_empty(name: str, args: dict) -> bool:
+    """Whether a c10d op range recorded its input as a tensor of no elements (a recorded size
+    of 0, not a size Kineto left out, as it does for tensor lists)."""
+    dims = args.get("Input Dims") or []
+    i = C10D_OPS[name][1]
+    return i < len(dims) and isinstance(dims[i], list) and 0 in dims[i]
+
+
 def from_c10d_kineto(name: str, args: dict) -> CommMeta:
     """Metadata of a c10d op range from Kineto's recorded shapes (Kineto-only input)."""
     out_i, in_i, _ = C10D_OPS[name]

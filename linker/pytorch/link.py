@@ -62,6 +62,7 @@ from chakra_hooks.linker.model import (PS_PER_NS, CommInfo, CommType, Edge, Edge
                                        LinkedTrace, Op, OpKind, TensorIO)
 from chakra_hooks.linker.pytorch.comms import (C10D_OPS, CommMeta, classify, from_c10d_et,
                                                from_c10d_kineto, from_kineto_args,
+                                               kineto_input_empty,
                                                from_nccl_annotation, from_record_param_comms,
                                                kernel_collective)
 from chakra_hooks.linker.pytorch.et import USER_SCOPE, HostEt, read_host_et
@@ -170,7 +171,8 @@ class PytorchLinker:
         self.threads = index_threads(kt.host) if kt is not None else {}
         self.match = Match()
         self.groups = Groups(self._world_size())
-        self.rpc_meta: dict[int, CommMeta] = {}  # ET id (rpc or its parent) -> metadata
+        # ET id (rpc or its parent) -> metadata; without an ET, the id() of the Kineto range
+        self.rpc_meta: dict[int, CommMeta] = {}
         self.c10d_on_device: set[int] = set()  # id() of Kineto c10d ranges that launched kernels
         # id() of Kineto events the file gave no duration (their ops say duration_unknown)
         self.unknown_dur: set[int] = {id(ev) for ev in kt.unknown_dur} if kt is not None else set()
@@ -179,6 +181,11 @@ class PytorchLinker:
         # Device ops will exist: Kineto has some, or a reference-linked ET carries them.
         self.has_device = bool(kt.device) if kt is not None else (
             et is not None and any(n.cat in DEVICE_CATS for n in et.nodes))
+        # The device trace holds communication kernels (NCCL / RCCL). When it has none, a
+        # collective call on GPU tensors that moved bytes has lost its kernels (a profile
+        # without them), not run without any: it becomes a COMM node timed by the call.
+        self.comm_on_device = False
+        self.host_timed = 0  # such collectives
         self.seqs: dict[str, list[int]] = defaultdict(list)  # host lane -> top-level op uids
         self.nested_after: dict[int, list[int]] = defaultdict(list)  # top uid -> nested comm
         self.thread_ops: dict[tuple, list[tuple[int, int]]] = defaultdict(list)  # Kineto thread
@@ -204,6 +211,7 @@ class PytorchLinker:
             self._choose_window()
             self._promote_escaped()
         device_links = self._prelink_device() if self.kt is not None else []
+        self.comm_on_device = self._device_has_comm()
         if self.et is not None:
             self._host_ops_from_et()
         else:
@@ -220,7 +228,24 @@ class PytorchLinker:
         split_host_ops(self)
         self._gloo_execution()
         self._finish()
+        if self.host_timed:
+            self.trace.metadata["comm_host_timed"] = self.host_timed
+            self.trace.warnings.append(
+                f"{self.host_timed} collectives recorded on the host have no device kernel "
+                "(the device trace holds no communication kernels): kept as COMM nodes timed "
+                "by their host calls (comm_host_timed)")
         return self.trace
+
+    def _device_has_comm(self) -> bool:
+        """Whether any device event is a communication kernel."""
+        if self.kt is None:
+            return self.et is not None and any(
+                n.cat == "kernel" and kernel_collective(n.name) is not None for n in self.et.nodes)
+        for ev in self.kt.device:
+            if ev.cat == "kernel" and (kernel_collective(ev.name) is not None
+                                       or ev.args.collective_name is not None):
+                return True
+        return False
 
     def _world_size(self) -> int | None:
         if self.kt is not None and self.kt.world_size:
@@ -430,8 +455,15 @@ class PytorchLinker:
         # On GPU tensors, in a trace with device work, the kernels are the collective: when
         # they are not linked to this call, they still stand for it; when the call launched
         # none (NCCL with a zero-size input waits on an event and moves nothing), a comm node
-        # would be work that never ran. Either way the call is a host op.
-        return not (self.has_device and node.on_gpu())
+        # would be work that never ran. Either way the call is a host op. Unless the device
+        # trace has no communication kernel at all: then they were not recorded.
+        if not (self.has_device and node.on_gpu()):
+            return True
+        if self.comm_on_device:
+            return False
+        kind, ctype = classify(node.name) or (_COLLECTIVE, None)
+        meta = self.rpc_meta.get(node.id) or from_c10d_et(node)
+        return meta.size_for(ctype) > 0
 
     def _c10d_comm_op(self, node: EtNode, ev: KEvent | None, caller: str) -> Op:
         meta = self.rpc_meta.get(node.id) or from_c10d_et(node)
@@ -445,6 +477,9 @@ class PytorchLinker:
         op.attrs["et_id"] = node.id
         op.attrs["host_side_collective"] = True
         op.attrs["calling_lane"] = caller  # the thread whose time precedes the call
+        if self.has_device and node.on_gpu():  # kernels not recorded (_c10d_on_host)
+            op.attrs["comm_host_timed"] = True
+            self.host_timed += 1
         _split_attrs(op, meta)
         return op
 
@@ -469,28 +504,81 @@ class PytorchLinker:
             self.nested_after[parent].append(op.uid)
 
     def _host_ops_from_kineto(self) -> None:
+        nested = []  # c10d calls inside a top-level op
+        if self.has_device and not self.comm_on_device:
+            self._kineto_rpc_meta()
         for key, th in self.threads.items():
             lane = f"thread:{key[1]}"
             for ev in th.events:
                 if ev.cat != "cpu_op" and not ev.name.startswith(OPAQUE_ANNOTATIONS):
                     continue
-                if _inside_host_op(ev) or _inside_gloo_range(ev):
+                if _inside_gloo_range(ev):
                     continue
-                # Without an ET the tensors' device is unknown: in a trace with device work, a
-                # c10d call that launched none is a host op (see _c10d_on_host).
-                if (ev.name in C10D_OPS and id(ev) not in self.c10d_on_device
-                        and not self.has_device):
-                    meta = from_c10d_kineto(ev.name, ev.args)
-                    meta.pg_name = _kineto_annotated_group(ev)
-                    kind, ctype = classify(ev.name) or (_COLLECTIVE, None)
-                    op = self._add(ev.name, kind, True, "comm:default", ev)
-                    op.comm = self._comm_info(kind, ctype, meta)
-                    op.attrs["host_side_collective"] = True
-                    op.attrs["calling_lane"] = lane
+                if _inside_host_op(ev):
+                    if ev.name in C10D_OPS:
+                        nested.append((ev, lane))
+                    continue
+                meta = self._kineto_c10d_on_host(ev)
+                if meta is not None:
+                    op = self._kineto_c10d_comm_op(ev, meta, lane)
                 else:
                     op = self._add(ev.name, _COMPUTE, False, lane, ev)
                 self.seqs[lane].append(op.uid)
+        for ev, lane in nested:  # beside their top-level op, as _nested_c10d does
+            meta = self._kineto_c10d_on_host(ev)
+            if meta is None:
+                continue
+            op = self._kineto_c10d_comm_op(ev, meta, lane)
+            parent = _top_op_of(ev)
+            if parent >= 0:
+                self.edges.append(Edge(parent, op.uid, EdgeKind.PARENT))
+                self.nested_after[parent].append(op.uid)
         self._kineto_pg_metadata()
+
+    def _kineto_c10d_on_host(self, ev: KEvent) -> CommMeta | None:
+        """The metadata of a c10d call that is a host-side collective, else None. Without an
+        ET the tensors' device is unknown: in a trace with device work, a c10d call that
+        launched none is a host op (see _c10d_on_host), unless the device trace holds no
+        communication kernel and the call was not recorded with an empty input."""
+        if ev.name not in C10D_OPS or id(ev) in self.c10d_on_device:
+            return None
+        if self.has_device and (self.comm_on_device or kineto_input_empty(ev.name, ev.args)):
+            return None
+        return from_c10d_kineto(ev.name, ev.args)
+
+    def _kineto_rpc_meta(self) -> None:
+        """Collective metadata of ``record_param_comms`` ranges, by the id() of the c10d
+        range they are in or around (for collectives the device trace lost: newer Kineto
+        records sizes and groups there, and tensor lists' shapes nowhere else)."""
+        for th in self.threads.values():
+            for ev in th.events:
+                if ev.name != RPC or ev.args.collective_name is None:
+                    continue
+                meta = from_kineto_args(ev.args)
+                if meta is None:
+                    continue
+                anc = ev.parent
+                if anc is not None and anc.name in C10D_OPS:
+                    self.rpc_meta[id(anc)] = meta
+                else:
+                    self.rpc_meta[id(ev)] = meta
+
+    def _kineto_c10d_comm_op(self, ev: KEvent, meta: CommMeta, lane: str) -> Op:
+        found = self.rpc_meta.get(id(ev)) or (
+            self.rpc_meta.get(id(ev.parent)) if ev.parent is not None else None)
+        if found is not None:
+            meta = found
+        if meta.pg_name is None:
+            meta.pg_name = _kineto_annotated_group(ev)
+        kind, ctype = classify(ev.name) or (_COLLECTIVE, None)
+        op = self._add(ev.name, kind, True, "comm:default", ev)
+        op.comm = self._comm_info(kind, ctype, meta)
+        op.attrs["host_side_collective"] = True
+        op.attrs["calling_lane"] = lane
+        if self.has_device:
+            op.attrs["comm_host_timed"] = True
+            self.host_timed += 1
+        return op
 
     def _gloo_spans(self) -> None:
         """A host-side collective lasts until its ``gloo:<name>`` range ended: the c10d call
@@ -1011,6 +1099,16 @@ def _inside_gloo_range(ev: KEvent) -> bool:
             return True
         anc = anc.parent
     return False
+
+
+def _top_op_of(ev: KEvent) -> int:
+    """The uid of the outermost op around a host range, -1 if none."""
+    found, anc = -1, ev.parent
+    while anc is not None:
+        if anc.op >= 0:
+            found = anc.op
+        anc = anc.parent
+    return found
 
 
 def _inside_host_op(ev: KEvent) -> bool:
