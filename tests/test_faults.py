@@ -148,3 +148,51 @@ def test_collectives_whose_kernels_are_missing_stay_collectives(corpus, tmp_path
     # The ET's tensors give every size; Kineto alone records the all-to-alls' only (the
     # all-reduces' tensor lists have no shapes there, said by comm_size_unknown).
     assert sum(sizes) == (2549700 if with_et else 64448)
+
+
+def test_device_events_that_start_before_their_launch_are_not_linked_to_it(corpus, tmp_path):
+    """Correlation ids shuffled among a trace's kernels linked each to another op's launch,
+    said only as a count: the ET's device work hung on the wrong host ops. No device event of
+    the corpus starts before the call its id names; shuffled, a third do."""
+    import gzip
+    import random
+
+    from chakra_hooks.converter import etio
+
+    doc = json.loads(gzip.decompress((corpus / "pytorch" / "rtx2080_linear" /
+                                      "kineto.json.gz").read_bytes()))
+    device = [e for e in doc["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy")]
+    launches = {e["args"]["correlation"]: e for e in doc["traceEvents"]
+                if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    one = device[10]
+    one["ts"] = launches[one["args"]["correlation"]]["ts"] - 5  # one kernel 5 us too early
+    (tmp_path / "one.json").write_text(json.dumps(doc))
+    ids = [e["args"]["correlation"] for e in device]
+    random.Random(7).shuffle(ids)
+    for e, i in zip(device, ids):
+        e["args"]["correlation"] = i
+    (tmp_path / "shuffled").mkdir()
+    (tmp_path / "shuffled" / "kineto.json").write_text(json.dumps(doc))
+
+    import re
+
+    done = _cli("convert", tmp_path / "one.json", "-o", tmp_path / "out1")
+    assert done.returncode == 0, done.stderr
+    found = re.search(r"(\d+) of (\d+) device events start before the runtime call their "
+                      r"correlation id names \(no kernel runs before its launch\): those are "
+                      r"not linked to it", done.stderr)
+    assert found and found[1] == "1", done.stderr
+    linked = int(found[2])
+    done = _cli("convert", tmp_path / "shuffled", "-o", tmp_path / "out2")
+    assert done.returncode == 0, done.stderr
+    assert (f"the trace's correlation ids are damaged; none of the {linked} is linked to a "
+            "launch") in done.stderr
+    et = etio.read_et(tmp_path / "out2" / "chakra.0.et")
+    assert {a.name: a.int64_val for a in et.metadata.attr}["kineto_launch_unlinked"] == linked
+
+    def lane(node) -> str:
+        return next(a.string_val for a in node.attr if a.name == "lane")
+
+    host = {n.id for n in et.nodes if lane(n).startswith("thread:")}
+    device_nodes = [n for n in et.nodes if lane(n).startswith("stream:")]
+    assert len(device_nodes) > 1000 and not any(set(n.ctrl_deps) & host for n in device_nodes)

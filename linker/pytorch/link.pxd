@@ -31,7 +31,8 @@ cdef class PytorchLinker:
     cpdef object _promote_escaped(self)
 
     @cython.locals(ev=KEvent, runtime=KEvent, inner=KEvent, anc=KEvent, out=list,
-                   runtime_by_corr=dict, th=KThread)
+                   runtime_by_corr=dict, th=KThread, launched=list, linked=Py_ssize_t,
+                   acausal=Py_ssize_t)
     cpdef list _prelink_device(self)
 
     @cython.locals(node=EtNode, op=Op, top_uid=dict)
