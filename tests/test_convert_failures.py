@@ -211,6 +211,8 @@ def _damaged_simple_add(corpus: Path, folder: Path, where: str) -> None:
         et["nodes"][11]["id"] = 10**30
     elif where == "device":
         kernel["args"]["device"] = []  # found by the long fuzz run: an unhashable lane key
+    elif where == "stream":
+        kernel["args"]["stream"] = -3  # converted as a stream of its own, without a word
     else:
         kernel["args"]["correlation"] = 10**30
     folder.mkdir()
@@ -223,7 +225,9 @@ def test_numbers_beyond_64_bits_are_refused(corpus: Path, tmp_path: Path) -> Non
 
     for where, expected in (("et id", "id: an integer from 0 to 2^63"),
                             ("correlation", "args.correlation: an integer of 64 bits"),
-                            ("device", "args.device: an integer of 64 bits, got an array")):
+                            ("device", "args.device: a device number (0 to 2**32 - 1), got an "
+                                       "array"),
+                            ("stream", "args.stream: a stream number (0 to 2**32 - 1), got -3")):
         folder = tmp_path / where.replace(" ", "_")
         _damaged_simple_add(corpus, folder, where)
         try:

@@ -767,12 +767,16 @@ class PytorchLinker:
         """A device event's stream, device and correlation are integers: anything else is
         damage, not an id to link by."""
         args = ev.args
-        for name, value in (("stream", args.stream), ("device", args.device),
-                            ("correlation", args.correlation)):
-            if value is not None and (type(value) is not int or not -_INT64 <= value < _INT64):
+        # CUPTI / ROCm number devices and streams from 0 in 32 bits; a correlation id is any
+        # 64-bit integer.
+        for name, value, low, high, kind in (
+                ("stream", args.stream, 0, 1 << 32, "a stream number (0 to 2**32 - 1)"),
+                ("device", args.device, 0, 1 << 32, "a device number (0 to 2**32 - 1)"),
+                ("correlation", args.correlation, -_INT64, _INT64, "an integer of 64 bits")):
+            if value is not None and (type(value) is not int or not low <= value < high):
                 raise TraceFormatError(self.kt.path, f"{ev.cat} {ev.name[:60]!r} at "
-                                       f"{ev.start} ns", f"args.{name}: an integer of 64 "
-                                       f"bits, got {json_kind(value)}")
+                                       f"{ev.start} ns", f"args.{name}: {kind}, got "
+                                       f"{json_kind(value)}")
 
     def _kernel_comm(self, ev: KEvent, inner: KEvent | None
                      ) -> tuple[OpKind, CommInfo | None, CommMeta | None, str | None]:
