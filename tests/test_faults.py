@@ -196,3 +196,44 @@ def test_device_events_that_start_before_their_launch_are_not_linked_to_it(corpu
     host = {n.id for n in et.nodes if lane(n).startswith("thread:")}
     device_nodes = [n for n in et.nodes if lane(n).startswith("stream:")]
     assert len(device_nodes) > 1000 and not any(set(n.ctrl_deps) & host for n in device_nodes)
+
+
+@pytest.mark.parametrize("damage", ["repeat", "strings"])
+def test_xspace_repeats_and_numbers_as_strings_are_said(corpus, tmp_path, damage):
+    """An XSpace with a device event recorded twice made two nodes; with its integer stats
+    as strings, device times became 0 and host launches went missing (82 of 189 nodes): each
+    without a word. Now: the repeat dropped, strings that spell integers read as them, and
+    both said and counted."""
+    from chakra_hooks.converter import etio
+    from chakra_hooks.linker.xla import xspace_pb2
+
+    name = "mi300x_jax_conv.xplane.pb"
+    space = xspace_pb2.XSpace.FromString((corpus / "jax_xla" / name).read_bytes())
+    if damage == "repeat":
+        plane = next(p for p in space.planes if p.name == "/device:GPU:1")
+        line = max(plane.lines, key=lambda line: len(line.events))
+        line.events.add().CopyFrom(line.events[3])
+    else:
+        for plane in space.planes:
+            for line in plane.lines:
+                for event in line.events:
+                    for stat in event.stats:
+                        kind = stat.WhichOneof("value")
+                        if kind in ("int64_value", "uint64_value"):
+                            stat.str_value = str(getattr(stat, kind))
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / name).write_bytes(space.SerializeToString())
+    original = _cli("convert", corpus / "jax_xla" / name, "-o", tmp_path / "original")
+    done = _cli("convert", tmp_path / "in", "-o", tmp_path / "out")
+    assert original.returncode == 0 and done.returncode == 0, done.stderr
+    key = {"repeat": "xspace_repeats_dropped", "strings": "xspace_stats_as_strings"}[damage]
+    said = {"repeat": "1 device events are exact repeats of another",
+            "strings": "stat records that hold integers are strings (correlation_id x"}[damage]
+    assert said in done.stderr
+    counted = 0
+    for et_path in sorted((tmp_path / "original").glob("chakra.*.et")):
+        before, after = etio.read_et(et_path), etio.read_et(tmp_path / "out" / et_path.name)
+        assert [(n.name, n.duration_micros) for n in after.nodes] == \
+            [(n.name, n.duration_micros) for n in before.nodes]
+        counted += {a.name: a.int64_val for a in after.metadata.attr}.get(key, 0)
+    assert counted > 0

@@ -326,6 +326,28 @@ class DeviceEvents:
                            bytes_accessed, category, self.is_transfer(i), _COPIES[self.copy[i]],
                            self.correlation_of(i))
 
+    def exact_repeats(self, order: list[int]) -> set[int]:
+        """Events equal in every column to the one before them in ``order`` (start order,
+        ties by lane: an event recorded twice is next to its copy)."""
+        start, dur, lane, name = self.start_ps, self.dur_ps, self.lane, self.name
+        repeats = set()
+        prev = -1
+        for i in order:
+            if (prev >= 0 and start[i] == start[prev] and dur[i] == dur[prev]
+                    and lane[i] == lane[prev] and name[i] == name[prev]
+                    and self._same_rest(i, prev)):
+                repeats.add(i)
+            else:
+                prev = i
+        return repeats
+
+    def _same_rest(self, i: int, j: int) -> bool:
+        return (self.module_key[i] == self.module_key[j] and self.copy[i] == self.copy[j]
+                and self.correlation[i] == self.correlation[j]
+                and self.exec_key[i] == self.exec_key[j]
+                and (self.detail is None or self.detail[i] == self.detail[j])
+                and (self.transfer is None or self.transfer[i] == self.transfer[j]))
+
     def is_transfer(self, i: int) -> bool:
         return self.transfer is not None and bool(_item(self.transfer, i))
 

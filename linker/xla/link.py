@@ -223,6 +223,7 @@ def load_each(job: RankJob) -> TraceStream:
     if start_ns is not None:
         metadata["profile_start_time_ns"] = start_ns
     metadata["source_file"] = str(path)
+    warnings = _odd_stats_said(space.odd_stats, path, metadata)
     for key in ("hlo_source", "manifest"):
         if key in job.options:
             metadata[f"collector_{key}"] = str(job.options[key])
@@ -237,6 +238,8 @@ def load_each(job: RankJob) -> TraceStream:
                     launches.per_device[k].unpack()
                     _add_host_launches(trace, launches.per_device[k], launches)
                     launches.per_device[k] = None
+                if k == 0:
+                    trace.warnings.extend(warnings)
                 if idle and k == 0:
                     trace.warnings.append(f"{path}: {len(idle)} devices recorded no events, no ET "
                                           f"written for them ({', '.join(idle[:8])})")
@@ -244,6 +247,22 @@ def load_each(job: RankJob) -> TraceStream:
                 yield trace
 
     return TraceStream(len(devices), linked())
+
+
+def _odd_stats_said(odd: dict[tuple[str, bool], int], path: Path, metadata: dict) -> list[str]:
+    """Warnings (and metadata counts) for integer stats the profile recorded as strings."""
+    said = []
+    for readable, count_key, what in (
+            (True, "xspace_stats_as_strings", "read as the integers they spell"),
+            (False, "xspace_stats_unreadable", "not integers: left out, as if not recorded")):
+        names = {name: n for (name, ok), n in odd.items() if ok is readable}
+        if names:
+            total = sum(names.values())
+            metadata[count_key] = total
+            listed = ", ".join(f"{name} x{n}" for name, n in sorted(names.items()))
+            said.append(f"{path}: {total} distinct stat records that hold integers are strings "
+                        f"({listed}): {what}")
+    return said
 
 
 # ---------------------------------------------------------------------------------------------
@@ -545,7 +564,15 @@ class _DeviceLinker:
         ops = self.trace.ops
         self.has_transfers = events.has_transfers  # once, not per copy-start
         matched = 0
-        self.order = order = array("q", events.linking_order())  # uids follow this order
+        order = events.linking_order()
+        repeats = events.exact_repeats(order)
+        if repeats:  # a profile that recorded an event twice: one op, not two
+            order = [i for i in order if i not in repeats]
+            self.trace.metadata["xspace_repeats_dropped"] = len(repeats)
+            self.trace.warnings.append(
+                f"{self.path}: {self.dev.plane}: {len(repeats)} device events are exact repeats "
+                "of another (same lane, name, start, duration and ids): dropped")
+        self.order = order = array("q", order)  # uids follow this order
         firsts, module_of, inst_of = self.firsts, self.module_of, self.inst_of
         durations: dict[int, int] = {}  # kernels repeat their durations: see _shared
         for i in order:
@@ -563,7 +590,7 @@ class _DeviceLinker:
         # the device's columns (about 45 bytes an event; its ops hold what the rest reads, so
         # linking takes them), the linking order and each event's module and instruction.
         sources = sorted({module.source for module in module_of if module is not None})
-        count = len(events)
+        count = len(order)  # without the repeats
         self.dev.events, self.order, self.module_of, self.inst_of = DeviceEvents(), array("q"), [], []
         del events, order, module_of, inst_of
         self._stream_edges()

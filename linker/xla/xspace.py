@@ -310,11 +310,14 @@ class XSpaceFile:
     ``planes`` iterates :class:`PlaneView` objects decoded one at a time; ``plane_names`` is
     known without decoding any plane."""
 
-    __slots__ = ("path", "data", "spans", "plane_names")
+    __slots__ = ("path", "data", "spans", "plane_names", "odd_stats")
 
     def __init__(self, data: bytes, path: Path | str = "<bytes>") -> None:
         self.path = path
         self.data = data
+        # Integer stats the planes read that were recorded as strings, by stat name and
+        # whether the string spelled an integer (read as it) or not (left out): PlaneView's.
+        self.odd_stats: dict[tuple[str, bool], int] = {}
         self.spans: list[tuple[int, int]] = []
         self.plane_names: list[str] = []
         view = memoryview(data)
@@ -482,11 +485,13 @@ class PlaneView:
     """
 
     __slots__ = ("plane", "name", "stat_names", "stat_ids", "path", "where", "_data", "_line_spans",
-                 "_line_names", "_split_lines", "_meta_stats", "_raw_cache")
+                 "_line_names", "_split_lines", "_meta_stats", "_raw_cache", "odd_stats")
 
     def __init__(self, plane: xspace_pb2.XPlane, data=None, line_spans: list[tuple[int, int]] | None = None,
-                 path: Path | str = "<bytes>", where: str = "plane") -> None:
+                 path: Path | str = "<bytes>", where: str = "plane",
+                 odd_stats: dict[tuple[str, bool], int] | None = None) -> None:
         self.plane = plane
+        self.odd_stats = {} if odd_stats is None else odd_stats
         self.name = plane.name
         self.stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
         self.stat_ids = {v: k for k, v in self.stat_names.items()}
@@ -520,7 +525,7 @@ class PlaneView:
             raise TraceFormatError(space.path, f"{where}, byte {err.args[0]}", err.args[1]) from None
         except DecodeError as err:
             raise TraceFormatError(space.path, where, f"a well-formed XPlane (decoder: {err})") from None
-        return cls(plane, data, lines, space.path, where)
+        return cls(plane, data, lines, space.path, where, space.odd_stats)
 
     # -- lines ---------------------------------------------------------------------------
 
@@ -645,7 +650,18 @@ class PlaneView:
                     value -= 1 << 64
                 return (sid, self._stat_name(sid), value, value)
         sid, kind, value = _decode_stat(raw, self.path, self.where)
-        return (sid, self._stat_name(sid), self._resolve(kind, value), int(value) if kind in _NUMERIC else 0)
+        name = self._stat_name(sid)
+        if kind == "str_value" and name in INTEGER_STATS:
+            # A number recorded as text: read as the integer it spells, or left out (None)
+            # rather than taken as 0; counted either way (odd_stats, said by the linker).
+            try:
+                number = int(value)
+            except ValueError:
+                number = None
+            key = (name, number is not None)
+            self.odd_stats[key] = self.odd_stats.get(key, 0) + 1
+            return (sid, name, number, number)
+        return (sid, name, self._resolve(kind, value), int(value) if kind in _NUMERIC else 0)
 
     def _stat_name(self, sid: int) -> str:
         names = self.stat_names
@@ -692,6 +708,9 @@ class PlaneView:
 
 
 _NUMERIC = ("int64_value", "uint64_value", "double_value")
+# The stats the linker reads as integers (ids and device times).
+INTEGER_STATS = frozenset({"correlation_id", "device_offset_ps", "device_duration_ps",
+                           "program_id", "run_id", "device_ordinal"})
 
 
 def _pick(stats, wanted: dict[int, str], cache: dict, miss) -> dict[str, StatValue | None]:
