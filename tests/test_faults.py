@@ -237,3 +237,27 @@ def test_xspace_repeats_and_numbers_as_strings_are_said(corpus, tmp_path, damage
             [(n.name, n.duration_micros) for n in before.nodes]
         counted += {a.name: a.int64_val for a in after.metadata.attr}.get(key, 0)
     assert counted > 0
+
+
+def test_two_runs_pair_only_when_nearly_every_op_matches(corpus, tmp_path):
+    """A ResNet ET of one GPU with another GPU's ResNet profile matched 62.9 % of its ops and
+    converted, exit 0, 119 ops without a duration. Two runs (their pids differ) now pair only
+    at 95 %; the corpus's pair of two runs of one program still does (100 %)."""
+    import gzip
+    import shutil
+
+    run = corpus / "pytorch" / "a100_resnet_nccl"
+    done = _cli("convert", run, "-o", tmp_path / "same")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(gzip.decompress((run / "kineto.json.gz").read_bytes()))
+    ops = [e for e in doc["traceEvents"] if e.get("cat") == "cpu_op"]
+    gone = {id(e) for e in ops[::3]}  # a third of the host ops: another run's profile
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if id(e) not in gone]
+    (tmp_path / "other").mkdir()
+    shutil.copy(run / "host_et.json.gz", tmp_path / "other")
+    (tmp_path / "other" / "kineto.json").write_text(json.dumps(doc))
+    line = _one_error(_cli("convert", tmp_path / "other", "-o", tmp_path / "out"))
+    assert "match the Kineto trace; the pids differ" in line and "at least 95%" in line, line
+    assert "--force-pair" in line and not (tmp_path / "out").exists()
+    forced = _cli("convert", tmp_path / "other", "-o", tmp_path / "out", "--force-pair")
+    assert forced.returncode == 0 and "linked as one (--force-pair)" in forced.stderr

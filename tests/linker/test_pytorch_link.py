@@ -199,7 +199,7 @@ def test_et_only(corpus: Path) -> None:
 def test_two_different_programs_are_refused_unless_forced(corpus: Path) -> None:
     et = corpus / "pytorch/a100_resnet_nccl/host_et.json.gz"
     kineto = corpus / "pytorch/a100_simple_add/kineto.json.gz"
-    with pytest.raises(TraceFormatError, match=r"only \d+ of \d+ ET ops \(\d+%.*--force-pair"):
+    with pytest.raises(TraceFormatError, match=r"only \d+ of \d+ ET ops \(\d+\.\d%.*--force-pair"):
         link(et, kineto)
     trace = link(et, kineto, force_pair=True)
     assert trace.stats["match_rate"] < 0.1
