@@ -261,3 +261,26 @@ def test_two_runs_pair_only_when_nearly_every_op_matches(corpus, tmp_path):
     assert "--force-pair" in line and not (tmp_path / "out").exists()
     forced = _cli("convert", tmp_path / "other", "-o", tmp_path / "out", "--force-pair")
     assert forced.returncode == 0 and "linked as one (--force-pair)" in forced.stderr
+
+
+def test_a_relabelled_rank_is_said_and_one_beyond_the_world_refused(corpus, tmp_path):
+    """A DLRM rank's trace relabelled as rank 9 of 8 converted as a ninth rank."""
+    import gzip
+    import shutil
+
+    run = corpus / "pytorch" / "v100_dlrm_8rank"
+    (tmp_path / "in").mkdir()
+    for trace in run.glob("worker*.json.gz"):
+        shutil.copy(trace, tmp_path / "in")
+    first = sorted((tmp_path / "in").glob("worker0_*"))[0]
+    doc = json.loads(gzip.decompress(first.read_bytes()))
+    for rank, says in ((9, None), (1, "its name says rank 0, its distributedInfo rank 1")):
+        doc["distributedInfo"]["rank"] = rank
+        first.write_bytes(gzip.compress(json.dumps(doc).encode()))
+        done = _cli("convert", tmp_path / "in", "-o", tmp_path / "out")
+        if says is None:
+            assert "distributedInfo.rank: a rank below the trace's world_size 8, got 9" in \
+                _one_error(done)
+        else:
+            assert says in done.stderr and done.returncode == 1  # two traces of rank 1
+        assert not (tmp_path / "out").exists()

@@ -85,6 +85,7 @@ def discover(files: list[Path], warn: Callable[[str], None]) -> tuple[list[RankJ
         else:
             warn(f"{len(paths):,} files skipped ({paths[0]}, {paths[1]}, ...): {problem}")
     if sniffed:
+        _check_ranks(sniffed, warn)
         jobs.extend(_pair(sniffed, warn))
         claimed.update(s.path for s in sniffed)
     return jobs, claimed
@@ -107,10 +108,26 @@ def _is_json(path: Path) -> bool:
 
 
 class _Sniffed:
-    __slots__ = ("path", "role", "rank", "world")
+    __slots__ = ("path", "role", "rank", "world", "name_rank")
 
-    def __init__(self, path: Path, role: str, rank: int | None, world: int | None) -> None:
+    def __init__(self, path: Path, role: str, rank: int | None, world: int | None,
+                 name_rank: int | None = None) -> None:
         self.path, self.role, self.rank, self.world = path, role, rank, world
+        self.name_rank = name_rank  # the rank the file's name carries, if any
+
+
+def _check_ranks(sniffed: list[_Sniffed], warn: Callable[[str], None]) -> None:
+    """A Kineto trace's rank is below its own world size; where its name carries a rank
+    too, the two agree (or the trace was relabelled, or renamed: said)."""
+    for s in sniffed:
+        if s.role != "kineto" or s.rank is None:
+            continue
+        if s.world and s.rank >= s.world:
+            raise TraceFormatError(s.path, "distributedInfo.rank",
+                                   f"a rank below the trace's world_size {s.world}, got {s.rank}")
+        if s.name_rank is not None and s.name_rank != s.rank:
+            warn(f"{s.path}: its name says rank {s.name_rank}, its distributedInfo rank "
+                 f"{s.rank}: converted as rank {s.rank} (relabelled or renamed?)")
 
 
 def _head(path: Path) -> tuple[bytes, str]:
@@ -141,7 +158,7 @@ def _sniff(path: Path) -> tuple[_Sniffed | None, str]:
     if b'"traceEvents"' in head or b'"schemaVersion"' in head or b'"deviceProperties"' in head:
         rank, world = _RANK_RE.search(head), _WORLD_RE.search(head)
         return _Sniffed(path, "kineto", int(rank.group(1)) if rank else name_rank,
-                        int(world.group(1)) if world else None), ""
+                        int(world.group(1)) if world else None, name_rank), ""
     if b'"nodes"' in head and b'"schema"' in head:
         return _Sniffed(path, "host_et", name_rank, None), ""
     return None, (f"neither a Kineto trace ('traceEvents') nor a PyTorch ET ('schema' and "
