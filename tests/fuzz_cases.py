@@ -104,3 +104,50 @@ def damage_lines(text: str, data) -> str:
                                               "\u00e9\u4e2d", "-1", "replica_groups={{0,0}}"]))
         lines[i] = " ".join(words)
     return "\n".join(lines) + "\n"
+
+
+# Semantic edits: the trace stays valid JSON of the right shape, one thing in it is wrong the
+# way real traces go wrong (found on traces of other projects, issue "nothing silently bent").
+SEMANTIC_EDITS = ("time", "duration", "phase", "duplicate", "drop", "correlation_swap",
+                  "no_device", "no_comm_kernels")
+_DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def semantic_edit(events: list, data) -> str:
+    """One semantic edit of a Kineto trace's events, in place; returns what was done."""
+    edit = data.draw(st.sampled_from(SEMANTIC_EDITS))
+    timed = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("cpu_op", *_DEVICE_CATS)]
+    if edit == "no_device":
+        events[:] = [e for e in events if e.get("cat") not in _DEVICE_CATS]
+        return edit
+    if edit == "no_comm_kernels":
+        events[:] = [e for e in events if not (e.get("cat") == "kernel" and any(
+            lib in e.get("name", "").lower() for lib in ("nccl", "rccl")))]
+        return edit
+    if edit == "correlation_swap":
+        device = [e for e in timed if e["cat"] in _DEVICE_CATS and "correlation" in e.get("args", {})]
+        k = data.draw(st.integers(2, max(2, len(device))))
+        picked = data.draw(st.permutations(range(len(device))))[:k]
+        ids = [device[i]["args"]["correlation"] for i in picked]
+        for i, corr in zip(picked, ids[1:] + ids[:1]):
+            device[i]["args"]["correlation"] = corr
+        return f"{edit} of {k}"
+    event = timed[data.draw(st.integers(0, len(timed) - 1))]
+    what = f"{edit} of {event['cat']} {event['name'][:40]!r}"
+    if edit == "time":
+        event["ts"] = data.draw(st.sampled_from([0, -event["ts"], event["ts"] + 146 * 3.15e13,
+                                                 True, event["ts"] - 5e6, 1e300]))
+        what += f": ts {event['ts']}"
+    elif edit == "duration":
+        event["dur"] = data.draw(st.sampled_from([1e12, 1e15, -5, 0, event["dur"] * 1000]))
+        what += f": dur {event['dur']}"
+    elif edit == "phase":
+        if data.draw(st.booleans()):
+            del event["ph"]
+        else:
+            event["ph"] = data.draw(st.sampled_from(["B", "E", "Z", "i", "x", ""]))
+    elif edit == "duplicate":
+        events.append(json.loads(json.dumps(event)))
+    else:
+        events.remove(event)
+    return what

@@ -20,7 +20,7 @@ import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
 from fuzz_cases import (FUZZ, HOSTILE, convert_property, damage_bytes,  # noqa: E402
-                        mutate_records, mutate_tree)
+                        mutate_records, mutate_tree, semantic_edit)
 from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
@@ -146,3 +146,55 @@ def test_hlo_protos_inside_an_xspace(tmp_path_factory, data):
     folder = tmp_path_factory.mktemp("hloproto")
     (folder / "tpu.xplane.pb").write_bytes(space.SerializeToString())
     convert_property(folder, folder / "out")
+
+
+_CLEAN_WARNINGS: dict[str, set[str]] = {}
+
+
+def _warnings_of(folder: Path, out: Path) -> set[str]:
+    import re
+
+    from chakra_hooks.convert import convert_paths
+
+    said: list[str] = []
+    convert_paths([folder], out, progress=False, warn=said.append, overwrite=True)
+    return {re.sub(r"\d[\d,.]*", "N", re.sub(r"/\S+", "", w)) for w in said}
+
+
+@FUZZ
+@given(data=st.data())
+def test_semantic_edits_are_refused_or_said(tmp_path_factory, reference_reader, data):
+    """One thing wrong in a real trace (a time years off, a duration of days, a phase, a
+    repeat, correlation ids swapped, device activity or NCCL kernels missing): the convert is
+    refused in one line, or every host op and collective of the input is in the ET
+    (tests/conservation.py, read with the reference reader), or a warning the clean trace does
+    not get says what happened. Never exit 0 after losing ops it did not say."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from conservation import conservation
+
+    source = _corpus("pytorch/v100_dlrm_8rank/worker0_step_12.1694128201545.pt.trace.json.gz")
+    if "dlrm" not in _CLEAN_WARNINGS:
+        clean = tmp_path_factory.mktemp("clean")
+        (clean / "in").mkdir()
+        (clean / "in" / "worker0.json").write_bytes(gzip.decompress(source.read_bytes()))
+        _CLEAN_WARNINGS["dlrm"] = _warnings_of(clean / "in", clean / "out")
+    folder = tmp_path_factory.mktemp("semantic")
+    doc = _load(source)
+    what = semantic_edit(doc["traceEvents"], data)
+    (folder / "in").mkdir()
+    trace = folder / "in" / "worker0.json"
+    trace.write_text(json.dumps(doc))
+    try:
+        said = _warnings_of(folder / "in", folder / "out")
+    except TraceFormatError as exc:
+        assert "\n" not in str(exc)
+        assert not any((folder / "out").glob("*.et"))
+        return
+    _, nodes = reference_reader(folder / "out" / "chakra.0.et")
+    try:
+        problems = conservation(trace, nodes).problems()
+    except (TypeError, KeyError):  # the edit left a value the count cannot read: said?
+        problems = ["uncountable"]
+    assert not problems or said - _CLEAN_WARNINGS["dlrm"], f"{what}: {problems}, nothing said"

@@ -287,10 +287,11 @@ class Trace(StepWindow):
         s.et = et
         s.prof = profile(activities=activities, execution_trace_observer=et,
                          record_shapes=self.record_shapes)
-        already = _FUNCTIONAL in sys.modules
         s.prof.prepare_trace()  # Kineto warm-up: its start-up cost lands before the window
-        if not already:
-            unpin_default_group()
+        # Whoever imported the module (the profiler, or the program before us): the same
+        # meaning, and the group can be freed. A program that imports it later pins it anew;
+        # _finish unpins again.
+        unpin_default_group()
 
     def _begin(self, s: _Session) -> None:
         if s.prof is None:
@@ -351,6 +352,7 @@ class Trace(StepWindow):
         if s.prof is not None and s.started:
             self._guard(s, "stopping the profiler", s.prof.stop_trace)
             self._guard(s, "writing the Kineto trace", self._write_kineto, s, files)
+        self._guard(s, "freeing the default process group", unpin_default_group)
         if s.routing is not None:
             self._guard(s, "copying routing bins",
                         lambda: routing_records.extend(s.routing.records()))

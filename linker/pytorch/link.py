@@ -187,6 +187,13 @@ class PytorchLinker:
         self.trace = LinkedTrace(rank=rank, framework="pytorch", clock=clock)
         self.ops, self.edges = self.trace.ops, self.trace.edges
         self.threads = index_threads(kt.host) if kt is not None else {}
+        clipped = [ev for th in self.threads.values() for ev in th.clipped]
+        if clipped:
+            self.trace.metadata["kineto_ops_clipped"] = len(clipped)
+            self.trace.warnings.append(
+                f"{kt.path}: {len(clipped)} op calls end after the range they were called in "
+                f"(e.g. {clipped[0].name[:60]!r}): cut to its end, so that the ops after it "
+                "are not taken for its children")
         self.match = Match()
         self.groups = Groups(self._world_size())
         # ET id (rpc or its parent) -> metadata; without an ET, the id() of the Kineto range

@@ -8,13 +8,14 @@ from chakra_hooks.linker.pytorch.layouts cimport EtNode, KEvent
 
 cdef class KThread:
     cdef public object key
-    cdef public list events, starts
+    cdef public list events, starts, clipped
 
     @cython.locals(i=Py_ssize_t, ev=KEvent)
     cpdef KEvent innermost(self, object t)
 
 
-@cython.locals(ev=KEvent, events=list, stack=list, ends=list, threads=dict, starts=list)
+@cython.locals(ev=KEvent, events=list, stack=list, ends=list, threads=dict, starts=list,
+               clipped=list)
 cpdef dict index_threads(list host)
 
 

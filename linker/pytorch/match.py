@@ -36,6 +36,8 @@ class KThread:
     key: tuple
     events: list[KEvent]
     starts: list[int]
+    # op calls (cpu_op) that ended after the range they are in: cut to its end (index_threads)
+    clipped: list[KEvent]
 
     def innermost(self, t: int) -> KEvent | None:
         """The innermost range open at time ``t`` (start <= t <= end), or None."""
@@ -61,18 +63,27 @@ def index_threads(host: list[KEvent]) -> dict[tuple, KThread]:
         _longer_first_at_equal_starts(events)
         stack: list[KEvent] = []
         ends: list[int] = []  # where each range on the stack ends (read once, not per test)
+        clipped: list[KEvent] = []
         for ev in events:
             start = ev.start
             while ends and ends[-1] <= start:
                 stack.pop()
                 ends.pop()
             ev.parent = stack[-1] if stack else None
+            end = start + ev.dur
+            if ends and end > ends[-1] and ev.cat == "cpu_op":
+                # An op call returns before the call or range it was made in ends (calls
+                # nest); one that does not has a damaged duration, which would make the ops
+                # after its parent its children. (Async ranges, gloo's, may outlive theirs.)
+                end = ends[-1]
+                ev.dur = end - start
+                clipped.append(ev)
             stack.append(ev)
-            ends.append(start + ev.dur)
+            ends.append(end)
         starts = []
         for ev in events:
             starts.append(ev.start)
-        threads[key] = KThread(key, events, starts)
+        threads[key] = KThread(key, events, starts, clipped)
     return threads
 
 

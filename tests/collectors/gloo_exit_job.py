@@ -1,13 +1,15 @@
 """A 2-rank gloo training job that reports what is left of it at exit (not collected: no
 test_ prefix). Used by tests/collectors/test_clean_exit.py.
 
-    python gloo_exit_job.py OUTDIR traced|plain [amplify]
+    python gloo_exit_job.py OUTDIR traced|plain [amplify] [nn-import]
 
 Each rank: 6 ``Linear(512)`` layers forward and backward, an all-reduce of a 4 MB buffer and
 of every gradient, 6 steps (the torch collector around steps 2-4 when traced), then
 ``destroy_process_group()``; it prints its threads' names after that. ``amplify`` sets a 1 s
 thread switch interval, which widens the race a gloo thread that outlives its group loses at
-interpreter exit (std::terminate, SIGABRT).
+interpreter exit (std::terminate, SIGABRT). ``nn-import``: the program imports
+``torch.distributed.nn`` after ``init_process_group``, which pins the default group whether
+traced or not.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ def _threads() -> list[str]:
     return sorted(names)
 
 
-def _rank(rank: int, outdir: str, port: int, traced: bool, amplify: bool) -> None:
+def _rank(rank: int, outdir: str, port: int, traced: bool, amplify: bool,
+          user_import: bool) -> None:
     if amplify:
         sys.setswitchinterval(1)
     import torch
@@ -41,6 +44,8 @@ def _rank(rank: int, outdir: str, port: int, traced: bool, amplify: bool) -> Non
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
+    if user_import:  # as a program using its autograd-aware collectives does
+        import torch.distributed.nn  # noqa: F401  (its defaults capture the default group)
     model = nn.Sequential(*[nn.Linear(512, 512) for _ in range(6)])
     batch, extra = torch.randn(64, 512), torch.zeros(2**20)
 
@@ -73,8 +78,8 @@ def main() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(_rank, args=(outdir, port, mode == "traced", sys.argv[3:] == ["amplify"]),
-             nprocs=2)
+    mp.spawn(_rank, args=(outdir, port, mode == "traced", "amplify" in sys.argv[3:],
+                          "nn-import" in sys.argv[3:]), nprocs=2)
 
 
 if __name__ == "__main__":

@@ -365,8 +365,10 @@ def test_host_ranges_in_entry_order_and_nested() -> None:
     from chakra_hooks.linker.pytorch.match import index_threads
 
     rng = random.Random(7)
-    host = [KEvent(f"op{i}", "cpu_op", "X", pid=1, tid=1 + i % 2, start=rng.randrange(0, 40) * 10,
-                   dur=rng.randrange(0, 4) * 10) for i in range(3000)]
+    # Annotations: ranges that may overlap without nesting (op calls that do are cut, below).
+    host = [KEvent(f"op{i}", "user_annotation", "X", pid=1, tid=1 + i % 2,
+                   start=rng.randrange(0, 40) * 10, dur=rng.randrange(0, 4) * 10)
+            for i in range(3000)]
     threads = index_threads(list(host))
     for tid in (1, 2):
         mine = [ev for ev in host if ev.tid == tid]
@@ -377,3 +379,21 @@ def test_host_ranges_in_entry_order_and_nested() -> None:
             if parent is not None:
                 assert parent.start <= ev.start and ev.start < parent.start + parent.dur
     assert sum(len(th.events) for th in threads.values()) == len(host)
+
+
+def test_an_op_call_that_outlives_the_range_it_is_in_is_cut_to_it() -> None:
+    """An op whose duration became 1,000x its own (20 ms inside a 60 us backward function)
+    made the next 80 ops of its thread its children: they were lost from the ET."""
+    from chakra_hooks.linker.pytorch.kineto_events import KEvent
+    from chakra_hooks.linker.pytorch.match import index_threads
+
+    outer = KEvent("autograd::engine::evaluate_function: SumBackward1", "cpu_op", "X", pid=1,
+                   tid=1, start=0, dur=60)
+    inner = KEvent("SumBackward1", "cpu_op", "X", pid=1, tid=1, start=10, dur=20_000)
+    after = KEvent("aten::add", "cpu_op", "X", pid=1, tid=1, start=100, dur=5)
+    # gloo's ranges run on after the call that queued them: kept as they are
+    call = KEvent("c10d::recv_", "cpu_op", "X", pid=1, tid=2, start=0, dur=60)
+    gloo = KEvent("gloo:recv", "user_annotation", "X", pid=1, tid=2, start=20, dur=5_000)
+    threads = index_threads([outer, inner, after, call, gloo])
+    assert threads[(1, 1)].clipped == [inner] and inner.dur == 50 and after.parent is None
+    assert not threads[(1, 2)].clipped and gloo.dur == 5_000
