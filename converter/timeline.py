@@ -40,6 +40,7 @@ _BYTES_ATTRS = ("comm_size", "tensor_size")
 _ARGS = ("comm_type", "pg_name", "comm_src", "comm_dst", "is_cpu_op", "lane", "collective",
          "duration_unknown", "gap_ns", "engine_step", "moe_layer", "kv_direction")
 _TYPE_NAMES = {value: NodeType.Name(value) for value in NodeType.values()}
+_METADATA = NodeType.Value("METADATA_NODE")
 CRITICAL_TRACK = "critical path"
 UNTIMED_TRACK = "untimed (metadata)"
 STUCK_TRACK = "never runs (on or behind a dependency cycle)"
@@ -140,8 +141,10 @@ def from_run(rank: int, path: str, nodes: Sequence[Node], values: dict[int, dict
             continue
         finish, took, _ = replayed[node.id]
         length = round(took * PS_PER_US)
+        # untimed nodes (process groups) on the track the recording draws them on
+        lane = UNTIMED_TRACK if node.type == _METADATA else _lane(values[node.id])
         slices[node.id] = Slice(node, origin_ps + round(finish * PS_PER_US) - length, length,
-                                _lane(values[node.id]))
+                                lane)
     dur = {nid: took for nid, (_, took, _) in replayed.items()}
     finish, via = critical_path(nodes, dur)
     critical: list[int] = []
@@ -181,6 +184,34 @@ def _exact_times(node: Node, v: dict) -> tuple[int | None, int]:
         return None, 0
     return (node.start_time_micros * PS_PER_US,
             0 if "duration_unknown" in v else node.duration_micros * PS_PER_US)
+
+
+def lane_title(lane: str) -> str:
+    """A lane as Perfetto users name tracks: ``stream:2:4`` -> ``stream 4 (device 2)``,
+    ``thread:59812`` -> ``thread 59812``, ``comm:0`` -> ``collectives (group 0)``; the raw
+    lane stays in each slice's ``lane`` argument. Suffixes (`` gaps``, `` peer wait``) kept."""
+    for suffix in (" gaps", " peer wait"):
+        if lane.endswith(suffix):
+            return lane_title(lane[:-len(suffix)]) + suffix
+    kind, _, rest = lane.partition(":")
+    if kind == "stream" and rest.count(":") == 1:
+        device, _, stream = rest.partition(":")
+        return f"stream {stream} (device {device})"
+    if kind == "thread" and rest:
+        return f"thread {rest[2:]} (host ET)" if rest.startswith("et") else f"thread {rest}"
+    if kind == "comm" and rest:
+        return "collectives (default group)" if rest == "default" else \
+            f"collectives (group {rest})"
+    if kind == "tpu" and rest.count(":") >= 1:
+        ordinal, _, line = rest.partition(":")
+        return f"{line} (TPU {ordinal})"
+    if kind == "cpu" and rest:
+        return f"XLA CPU device {rest}"
+    if kind == "engine_step" and rest:
+        return f"engine step {rest}"
+    if kind == "moe_routing" and rest:
+        return f"MoE routing {rest}"
+    return lane
 
 
 def _lane(v: dict) -> str:
@@ -306,8 +337,9 @@ def _draw(w: _Writer, pid: int, tl: RankTimeline, flows: bool) -> dict[int, tupl
     for name in sorted(by_track, key=_track_order):
         group = by_track[name]
         _trim(group)
+        title = lane_title(name)
         for s, sub in zip(group, _place(group)):
-            tid = w.track(pid, name if sub == 0 else f"{name} ({sub + 1})")
+            tid = w.track(pid, title if sub == 0 else f"{title} ({sub + 1})")
             args[s.node.id] = _args(tl, s, critical)
             w.slice(pid, tid, s, args[s.node.id])
             where[s.node.id] = (pid, tid, s)
@@ -315,8 +347,9 @@ def _draw(w: _Writer, pid: int, tl: RankTimeline, flows: bool) -> dict[int, tupl
     for s in tl.waits:
         waits[s.lane].append(s)
     for name, group in waits.items():
+        title = lane_title(name)
         for s, sub in zip(group, _place(group)):
-            tid = w.track(pid, name if sub == 0 else f"{name} ({sub + 1})")
+            tid = w.track(pid, title if sub == 0 else f"{title} ({sub + 1})")
             w.slice(pid, tid, s, {**_args(tl, s, set()), "peer_wait_us": s.dur / PS_PER_US})
     path = [tl.slices[n] for n in tl.critical if n in tl.slices]
     for s, sub in zip(path, _place(path)):

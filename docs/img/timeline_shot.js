@@ -33,8 +33,8 @@ const [,, trace, out = 'timeline.png', t0, t1] = process.argv;
   await page.mouse.click(40, 150);  await sleep(700);   // expand group "rank 1 what-if ..."
   await page.mouse.click(40, 129);  await sleep(700);   // expand group "rank 1"
   if (t0 && t1) {
-    // expand the thread tracks busy in the window (critical path, thread:59812, its gaps,
-    // stream:1:7, stream:1:84, stream:1:84 peer wait) of both groups, bottom-up so upper
+    // expand the thread tracks busy in the window (critical path, thread 59812, its gaps,
+    // stream 7, stream 84, stream 84 peer wait) of both groups, bottom-up so upper
     // rows do not move
     const ys = [];
     for (const i of [0, 1, 2, 3, 7, 8]) ys.push(127 + i * 18.2);   // rank 1 tracks (1389-px coords)

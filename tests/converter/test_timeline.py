@@ -5,6 +5,8 @@ reference reader finds, and its critical path has the total `stats` prints."""
 
 from __future__ import annotations
 
+import re
+
 import gzip
 import json
 import math
@@ -125,7 +127,12 @@ def test_corpus_timelines(corpus: Path, tmp_path: Path, reference_reader, inputs
                       and tracks[(rank, ev["tid"])].startswith("critical path"))
         assert on_path == pytest.approx(stats.critical_path_us, abs=1e-3 * len(ref_nodes))
         gaps = [ev for ev in drawn if ev["name"] == "host_gap"]
-        assert all(tracks[(rank, ev["tid"])].split(" (")[0].endswith(" gaps") for ev in gaps)
+        # tracks named as Perfetto users name them, the raw lane in each slice's args
+        assert not any(re.match(r"(stream|thread|comm|tpu|cpu):", name)
+                       for name in tracks.values()), sorted(set(tracks.values()))[:8]
+        # a lane's gap track, or one of its sub-tracks ("... gaps (2)")
+        assert all(re.sub(r" \(\d+\)$", "", tracks[(rank, ev["tid"])]).endswith(" gaps")
+                   for ev in gaps)
     if target == "full" and "dlrm" in inputs[0]:
         flows = [ev for ev in doc["traceEvents"] if ev["ph"] == "s"]
         assert flows  # launches, syncs and collectives cross lanes
@@ -200,3 +207,15 @@ def test_bad_arguments_are_one_line(tmp_path: Path) -> None:
     result = _timeline([str(tmp_path / "nothing"), "-o", str(tmp_path / "x.json")])
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+def test_lane_titles():
+    from chakra_hooks.converter.timeline import lane_title
+
+    assert lane_title("stream:2:4") == "stream 4 (device 2)"
+    assert lane_title("stream:1:84 peer wait") == "stream 84 (device 1) peer wait"
+    assert lane_title("thread:59812 gaps") == "thread 59812 gaps"
+    assert lane_title("thread:et3") == "thread 3 (host ET)"
+    assert lane_title("comm:default") == "collectives (default group)"
+    assert lane_title("tpu:0:XLA Ops") == "XLA Ops (TPU 0)"
+    assert lane_title("untimed (metadata)") == "untimed (metadata)"
