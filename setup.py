@@ -3,9 +3,9 @@
 The linker and converter modules listed in ``chakra_hooks/_compiled.py`` are plain Python and
 run as such. Where a C compiler is at hand, pip also compiles those same sources with Cython (a
 build requirement, which pip fetches) into extension modules, which makes ``chakra-hooks
-convert`` about 1.5x faster (docs/performance.md). At ``-O1`` that takes about 30 s of a 2-core
-machine (``-O3``, Python's default, took 75 s for 2.6 % fewer instructions and no difference in
-measured time). The sources are plain Python; a few ``.pxd`` files beside them declare
+convert`` about 1.5x faster (docs/performance.md). At ``-O1`` that takes about 60 s of a 2-core
+machine (2026-11-27, 20 modules; ``-O3``, Python's default, took 2.5x as long for 2.6 % fewer
+instructions and no difference in measured time). The sources are plain Python; a few ``.pxd`` files beside them declare
 the hottest helpers and classes to Cython (direct C calls instead of Python calls), and mean
 nothing to Python. The one exception, linker/model.py's class decorators (ops and edges
 untracked by the garbage collector), falls back to decorators that change nothing where
@@ -42,7 +42,7 @@ COMPILE_ENV = "CHAKRA_HOOKS_COMPILE"
 # must still accept a defaultdict), and functions stay introspectable.
 DIRECTIVES = {"language_level": 3, "annotation_typing": False, "binding": True}
 # The generated C runs within 3 % of -O3's instruction count at -O1 (the time is in the CPython
-# API it calls) and compiles in less than half the time: a first install waits ~30 s, not ~75 s.
+# API it calls) and compiles in less than half the time (a first install: ~60 s, not ~150 s).
 # Added after Python's own flags, so it also overrides an -O level given in CFLAGS.
 UNIX_FLAGS = ["-O1"]
 
@@ -111,9 +111,12 @@ def compiled_extensions() -> list[Extension]:
     except ImportError:
         return []
     try:
+        # Translated in parallel too (the C compiles are, by OptionalBuildExt): on 2 cores a
+        # first install's build went from 70 to 61 s.
         return cythonize([Extension(name, [source]) for name, source in COMPILED],
                          compiler_directives=DIRECTIVES, build_dir="build/cython",
-                         include_path=[stage_declarations()], quiet=True)
+                         include_path=[stage_declarations()], quiet=True,
+                         nthreads=os.cpu_count() or 1)
     except Exception as exc:  # Cython cannot translate one of them: all stay Python
         print(f"warning: compiled modules not built, running as pure Python: {exc}")
         return []
