@@ -370,6 +370,70 @@ def timeline(files: tuple[str, ...], output: str, comm: tuple[str, ...], compute
 
 
 @cli.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("-o", "--output", type=click.Path(), help="The folder to write the shared run to.")
+@click.option("--level", type=click.Choice(["names", "shapes", "times"]), default="names",
+              show_default=True,
+              help="names: names, strings, paths and ids replaced or dropped; shapes: also tensor "
+                   "shapes rounded up to powers of two; times: also durations perturbed "
+                   "within --bound.")
+@click.option("--bound", type=float, default=0.0,
+              help="With --level times: the largest relative change of a duration (0.05: 5 %).")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="With --level times: the noise's seed.")
+@click.option("--key-file", type=click.Path(), default="~/.chakra-hooks/share.key",
+              show_default=True,
+              help="The key the pseudonyms are made with (made on first use; keep it, never "
+                   "send it: with the same key, runs shared later get the same pseudonyms).")
+@click.option("--overwrite", is_flag=True, help="Replace an earlier shared copy in -o.")
+@click.option("--check", "check_leaks", is_flag=True,
+              help="Instead: search every word and id of the original inputs (PATHS after the "
+                   "shared folder) in the shared files; exit 1 on any found.")
+def share(paths: tuple[str, ...], output: str | None, level: str, bound: float, seed: int,
+          key_file: str, overwrite: bool, check_leaks: bool) -> None:
+    """Share a converted run without its names: `share OUT -o SHARED` writes a copy whose node
+    names, strings, paths and process ids are keyed pseudonyms or gone, everything a
+    simulator, stats, whatif and timeline read kept; `share --check SHARED INPUTS...` is the
+    leak test to run before sending it."""
+    from chakra_hooks.converter import share as sharing
+
+    if check_leaks:
+        if len(paths) < 2:
+            _fail("share --check SHARED INPUTS...: the shared folder, then the original traces "
+                  "(files or folders) whose words must not be in it")
+        leaks, searched = sharing.check(Path(paths[0]), [Path(p) for p in paths[1:]])
+        for leak in leaks[:50]:
+            click.echo(f"leak: {leak.token!r} in {leak.found_in} (from {leak.where})")
+        if leaks:
+            _fail(f"{paths[0]}: {len(leaks)} of {searched:,} words and ids of the inputs are in "
+                  "the shared files" + (" (first 50 listed)" if len(leaks) > 50 else ""))
+        click.echo(f"{paths[0]}: none of {searched:,} words and ids of the inputs is in the "
+                   "shared files")
+        return
+    if len(paths) != 1 or not output:
+        _fail("share OUT -o SHARED: one converted run (the folder convert wrote) and -o")
+    folder, out = Path(paths[0]), Path(output)
+    if not folder.is_dir():
+        _fail(f"{folder}: a folder convert wrote (chakra.<rank>.et files)")
+    if out.resolve() == folder.resolve() or folder.resolve() in out.resolve().parents:
+        _fail(f"{out}: inside the run it shares; choose a folder outside {folder}")
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        _fail(f"{out}: holds files already; add --overwrite or choose another folder")
+    try:
+        key = sharing.load_key(Path(key_file), lambda line: click.echo(f"chakra-hooks: {line}",
+                                                                        err=True))
+        done = sharing.share_run(folder, out, key, sharing.Options(level, bound, seed))
+    except ValueError as exc:
+        _fail(str(exc))
+    for path in done.left_out:
+        click.echo(f"chakra-hooks: left out {path.name}: not a conversion output", err=True)
+    click.echo(f"wrote {len(done.files)} file(s) to {out} ({level}): "
+               f"{done.removed.describe(level)}")
+    click.echo(f"next: chakra-hooks share --check {out} <the original traces>  (before sending "
+               "it)")
+
+
+@cli.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per file, one per line.")
 def inspect(files: tuple[str, ...], as_json: bool) -> None:
