@@ -175,3 +175,19 @@ def test_builds_from_a_yaml_target():
     callback = hydra.instantiate(config)
     assert isinstance(callback, ChakraTraceCallback)
     assert (callback.start_step, callback.end_step, list(callback.ranks)) == (5, 8, [0, 1])
+
+
+def test_shared_capture_reveals_no_names(ddp_capture, tmp_path):
+    """`chakra-hooks share` on the NeMo callback's capture: no word or id of it (module and
+    file names, hosts, pids) is in the shared files, and the collectives are kept."""
+    from chakra_hooks.converter.share import Options, check, share_run
+
+    convert_paths([ddp_capture], tmp_path / "out", target="astra-sim", progress=False)
+    share_run(tmp_path / "out", tmp_path / "shared", b"0123456789abcdef" * 4, Options())
+    leaks, searched = check(tmp_path / "shared", [ddp_capture])
+    assert not leaks and searched > 50, leaks[:5]
+    for rank in (0, 1):
+        before = read_et(tmp_path / "out" / f"chakra.{rank}.et").nodes
+        after = read_et(tmp_path / "shared" / f"chakra.{rank}.et").nodes
+        assert [(n.type, n.duration_micros, list(n.ctrl_deps)) for n in before] == \
+            [(n.type, n.duration_micros, list(n.ctrl_deps)) for n in after]

@@ -403,3 +403,24 @@ def test_the_example_runs_end_to_end(tmp_path):
     assert "== again: True" in run.stdout and "critical path" in run.stdout
     kinds = {n.type for n in read_et(tmp_path / "chakra" / "chakra.0.et").nodes}
     assert {2, 3} <= kinds  # MEM_LOAD and MEM_STORE from the KV connector
+
+
+def test_shared_captures_reveal_no_names(mixtral_capture, kv_capture, tmp_path):
+    """`chakra-hooks share` on vLLM's outputs: no word or id of the capture (request ids,
+    model and layer names, the connector's) is in the shared files; KV bytes and MoE bins
+    are kept."""
+    from chakra_hooks.converter.share import Options, check, share_run
+
+    key = b"0123456789abcdef" * 4
+    folder, out, _ = mixtral_capture
+    kv_folder = kv_capture[0]
+    convert_paths([kv_folder], tmp_path / "kv", progress=False)
+    for source, converted in ((folder, out), (kv_folder, tmp_path / "kv")):
+        shared = tmp_path / f"shared_{converted.name}"
+        share_run(converted, shared, key, Options())
+        leaks, searched = check(shared, [source])
+        assert not leaks and searched > 50, leaks[:5]
+        for before, after in zip(_nodes(converted), _nodes(shared)):
+            kept = ("tensor_size", "moe_expert_tokens", "kv_step", "comm_size")
+            assert {k: v for k, v in _attrs(before).items() if k in kept} == \
+                {k: v for k, v in _attrs(after).items() if k in kept}
