@@ -203,3 +203,15 @@ def test_damaged_hlo_dumps(captured: tuple[Path, str], tmp_path_factory, data) -
     else:
         path.write_bytes(damage_bytes(path.read_bytes(), data))
     convert_property(folder, folder.parent / "out")
+
+
+def test_shared_capture_reveals_no_names(captured: tuple[Path, str], tmp_path: Path) -> None:
+    """`chakra-hooks share` on our JAX capture: no word or id of its profile, HLO dumps and
+    manifest (function, module and file names among them) is in the shared files."""
+    from chakra_hooks.converter.share import Options, check, share_run
+
+    outdir, _ = captured
+    convert_paths([outdir], tmp_path / "et", workers=1, progress=False)
+    share_run(tmp_path / "et", tmp_path / "shared", b"0123456789abcdef" * 4, Options())
+    leaks, searched = check(tmp_path / "shared", [outdir])
+    assert not leaks and searched > 50, leaks[:5]
