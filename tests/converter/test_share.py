@@ -137,6 +137,9 @@ def test_levels_and_keys(corpus, tmp_path, key):
         if n.duration_micros >= 100:
             assert abs(times[n.id].duration_micros / n.duration_micros - 1) <= 0.05 + 0.01
     assert any(times[n.id].duration_micros != n.duration_micros for n in before)
+    for command, extra in (("stats", ()), ("whatif", ("--comm", "0.25x"))):  # shapes: equal
+        assert _numbers(_run_json(command, tmp_path / "shapes", *extra)) == \
+            _numbers(_run_json(command, out, *extra)), command
     recorded = _run_json("whatif", out, "--comm", "0.25x")["predicted_us"]
     perturbed = _run_json("whatif", tmp_path / "times", "--comm", "0.25x")["predicted_us"]
     assert abs(perturbed / recorded - 1) <= 0.05
@@ -157,24 +160,26 @@ def test_our_recording_shares_without_a_leak(tmp_path, key):
         _numbers(_run_json("stats", tmp_path / "out"))
 
 
-def test_astra_sim_finishes_the_shared_run_as_the_original(corpus, tmp_path, key):
+@pytest.mark.parametrize("name", ["dlrm", "resnet", "sampled", "tpu", "b200"])
+def test_astra_sim_finishes_the_shared_run_as_the_original(corpus, tmp_path, key, name):
     if not os.environ.get("ASTRA_BIN"):
         pytest.skip("set ASTRA_BIN to ASTRA-sim's analytical binary (../shared/tools/astra-build)")
     import re
 
     finish = {}
     out = tmp_path / "out"
-    _ok(_cli("convert", corpus / "pytorch" / "v100_dlrm_8rank", "-o", out, "--target",
-             "astra-sim"))
+    _ok(_cli("convert", *[corpus / i for i in RUNS[name]], "-o", out, "--target", "astra-sim"))
     _ok(_cli("share", out, "-o", tmp_path / "shared", "--key-file", key))
+    npus = len(list(out.glob("chakra.*.et")))
     for folder in (out, tmp_path / "shared"):
         env = dict(os.environ, NETWORK_CONFIG=str(folder / "astra_network.yml"),
-                   SYSTEM_CONFIG=str(folder / "astra_system.json"),
-                   COMM_GROUP_CONFIG=str(folder / "comm_group.json"))
+                   SYSTEM_CONFIG=str(folder / "astra_system.json"))
+        if (folder / "comm_group.json").exists():
+            env["COMM_GROUP_CONFIG"] = str(folder / "comm_group.json")
         sim = subprocess.run([str(REPO.parent / "shared" / "tools" / "astra-run"),
-                              str(folder / "chakra"), "8"], capture_output=True, text=True,
+                              str(folder / "chakra"), str(npus)], capture_output=True, text=True,
                              env=env, timeout=1800)
-        found = re.search(r"RESULT: OK npus=8 max_finish_cycles=(\d+)", sim.stdout)
+        found = re.search(rf"RESULT: OK npus={npus} max_finish_cycles=(\d+)", sim.stdout)
         assert found, sim.stdout[-2000:]
         finish[folder.name] = int(found[1])
     assert finish["out"] == finish["shared"]
