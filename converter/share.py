@@ -165,8 +165,10 @@ def _lane(lane: str, names: Pseudonyms) -> str:
     kind, sep, rest = lane.partition(":")
     if not sep:
         return lane if lane in ("host", "device") else names(lane)
-    if kind == "stream" and re.fullmatch(r"-?\d+:[-\w]+", rest):
-        return lane
+    if kind == "stream":  # stream:<device>:<stream>; an XLA line's name where no number
+        device, _, stream = rest.partition(":")
+        return (f"stream:{device if device.lstrip('-').isdigit() else names(device)}:"
+                f"{stream if stream.lstrip('-').isdigit() else names(stream)}")
     if kind == "thread":
         return f"thread:{names(rest, 't')}"
     if kind == "comm":
