@@ -290,8 +290,11 @@ WAIT_ATTR, UNKNOWN_ATTR = "peer_wait_ns", "peer_wait_unknown"
 
 def annotate_facts(facts: Mapping[int, Sequence[tuple]], groups: Mapping[str, Sequence[int]],
                    world: int) -> tuple[Peers, dict[int, list[tuple[int, bytes]]]]:
-    """``annotate`` for the workers' ``comm_facts`` (rank -> rows): the Peers, and per rank the
-    attribute to add to each node, as (place in the ET's nodes, serialised AttributeProto)."""
+    """At conversion, from the workers' ``comm_facts`` (rank -> rows): the Peers, and per rank
+    the attribute to add to each communication node, as (place in the ET's nodes, serialised
+    AttributeProto): ``peer_wait_ns`` (its wait for the last member; its transfer is its
+    duration minus that) on each matched one, ``peer_wait_unknown`` on each whose peers were
+    not all recorded."""
     from .wire import encode_attr
 
     ranks = ranks_from_facts(facts)
@@ -308,23 +311,19 @@ def annotate_facts(facts: Mapping[int, Sequence[tuple]], groups: Mapping[str, Se
     return peers, additions
 
 
-def annotate(run: Mapping[int, Sequence[Node]], groups: Mapping[str, Sequence[int]],
-             world: int) -> Peers:
-    """At conversion, across the ranks' communication nodes (``run``: rank -> nodes): each
-    matched one gets ``peer_wait_ns`` (its wait for the last member; its transfer is its
-    duration minus that), each whose peers were not all recorded ``peer_wait_unknown``."""
+def annotate_nodes(run: Mapping[int, Sequence[Node]], peers: Peers) -> None:
+    """``peer_wait_ns`` on each matched communication node of ``run`` (rank -> decoded nodes,
+    changed in place), ``peer_wait_unknown`` on each whose peers were not all recorded, as
+    ``peers`` found them (from the facts, so to the picosecond, as ``annotate_facts`` writes)."""
     from .attrs import make_attr
 
-    ranks = [Rank(rank, "", nodes) for rank, nodes in sorted(run.items())]
-    peers = analyse(ranks, groups, world)
-    for r in ranks:
-        for node in r.nodes:
-            key = (r.rank, node.id)
+    for rank, nodes in run.items():
+        for node in nodes:
+            key = (rank, node.id)
             if key in peers.wait_us:
                 node.attr.append(make_attr(WAIT_ATTR, round(peers.wait_us[key] * 1000)))
             elif key in peers.unknown:
                 node.attr.append(make_attr(UNKNOWN_ATTR, True))
-    return peers
 
 
 def analyse(ranks: Sequence[Rank], groups: Mapping[str, Sequence[int]] | None = None,

@@ -64,12 +64,16 @@ def _world(results: list) -> int:
 
 
 def peer_waits(results: list, groups: dict[int, list[int]], nodes: dict, note: Callable[[str], None]):
-    """converter/peers.py's ``annotate`` over the run's communication ``nodes`` (rank ->
-    nodes, changed in place), the run's size taken from the ETs' ``world_size``; the
-    matching's notes (clocks that disagree, groups not all recorded) said. Returns its Peers."""
+    """The run's waits for peers, matched from the facts the workers handed over (exact
+    times, as ``annotate_peers`` does for the full target), written onto the decoded
+    communication ``nodes`` (rank -> nodes, changed in place); the run's size taken from the
+    ETs' ``world_size``; the matching's notes (clocks that disagree, groups not all recorded)
+    said. Returns its Peers."""
     from chakra_hooks.converter import peers
 
-    found = peers.annotate(nodes, {str(k): v for k, v in groups.items()}, _world(results))
+    found = peers.analyse(peers.ranks_from_facts({r.rank: r.comm_facts for r in results}),
+                          {str(k): v for k, v in groups.items()}, _world(results))
+    peers.annotate_nodes(nodes, found)
     for message in found.notes:
         note(message)
     return found
