@@ -284,3 +284,29 @@ def test_a_relabelled_rank_is_said_and_one_beyond_the_world_refused(corpus, tmp_
         else:
             assert says in done.stderr and done.returncode == 1  # two traces of rank 1
         assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("damage", ["moved", "long"])
+def test_xspace_events_whose_time_cannot_belong_are_dropped_and_said(corpus, tmp_path, damage):
+    """An XSpace device event moved 11.6 days made a span of 11.6 days; one lasting that
+    long swallowed the 11 ops after it. Both silently, exit 0."""
+    from chakra_hooks.converter import etio
+    from chakra_hooks.converter.stats import rank_stats
+    from chakra_hooks.linker.xla import xspace_pb2
+
+    name = "mi300x_jax_conv.xplane.pb"
+    space = xspace_pb2.XSpace.FromString((corpus / "jax_xla" / name).read_bytes())
+    plane = next(p for p in space.planes if p.name == "/device:GPU:1")
+    event = max(plane.lines, key=lambda line: len(line.events)).events[3]
+    if damage == "moved":
+        event.offset_ps += 10**18
+    else:
+        event.duration_ps = 10**18
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / name).write_bytes(space.SerializeToString())
+    done = _cli("convert", tmp_path / "in", "-o", tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    assert "1 device events dropped whose time cannot belong to the profile" in done.stderr
+    et = etio.read_et(tmp_path / "out" / "chakra.1.et")
+    assert {a.name: a.int64_val for a in et.metadata.attr}["xspace_out_of_range"] == 1
+    assert rank_stats("x", et.nodes).span_us < 1e6  # a fraction of a second, as recorded

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -198,3 +199,67 @@ def test_semantic_edits_are_refused_or_said(tmp_path_factory, reference_reader, 
     except (TypeError, KeyError):  # the edit left a value the count cannot read: said?
         problems = ["uncountable"]
     assert not problems or said - _CLEAN_WARNINGS["dlrm"], f"{what}: {problems}, nothing said"
+
+
+_XSPACE_CLEAN: dict[str, tuple[dict[str, int], set[str]]] = {}
+
+
+def _xspace_nodes(folder: Path, out: Path) -> tuple[dict[str, int], set[str]]:
+    import re
+
+    from chakra_hooks.convert import convert_paths
+
+    said: list[str] = []
+    convert_paths([folder], out, progress=False, warn=said.append, overwrite=True)
+    counts = {p.name: sum(n.name != "host_gap" for n in etio.read_et(p).nodes)  # ops, not gaps
+              for p in sorted(out.glob("*.et"))}
+    return counts, {re.sub(r"\d[\d,.]*", "N", re.sub(r"/\S+", "", w)) for w in said}
+
+
+@pytest.mark.parametrize("name", ["mi300x_jax_conv.xplane.pb", "tpu_inference_2.xplane.pb"])
+@FUZZ
+@given(data=st.data())
+def test_xspace_semantic_edits_are_refused_or_said(tmp_path_factory, name, data):
+    """One thing wrong in a real XSpace (a device event repeated, moved by days, lasting
+    days, at a negative offset; integer stats as strings): refused in one line, or every
+    rank's ET has the original's nodes, or a warning the clean profile does not get says
+    what happened."""
+    from chakra_hooks.linker.xla import xspace_pb2
+
+    source = _corpus(f"jax_xla/{name}")
+    if name not in _XSPACE_CLEAN:
+        clean = tmp_path_factory.mktemp("xclean")
+        (clean / "in").mkdir()
+        shutil.copy(source, clean / "in" / name)
+        _XSPACE_CLEAN[name] = _xspace_nodes(clean / "in", clean / "out")
+    space = xspace_pb2.XSpace.FromString(source.read_bytes())
+    devices = [p for p in space.planes if p.name.startswith("/device:")]
+    plane = devices[data.draw(st.integers(0, len(devices) - 1))]
+    lines = [line for line in plane.lines if len(line.events)]
+    line = lines[data.draw(st.integers(0, len(lines) - 1))]
+    event = line.events[data.draw(st.integers(0, len(line.events) - 1))]
+    edit = data.draw(st.sampled_from(["repeat", "moved", "long", "negative", "strings"]))
+    if edit == "repeat":
+        line.events.add().CopyFrom(event)
+    elif edit == "moved":
+        event.offset_ps += data.draw(st.sampled_from([10**17, 10**18, 2**61]))
+    elif edit == "long":
+        event.duration_ps = data.draw(st.sampled_from([10**17, 10**18, 2**62]))
+    elif edit == "negative":
+        event.offset_ps = -data.draw(st.sampled_from([1, 10**9, 10**15]))
+    else:
+        for stat in event.stats:
+            kind = stat.WhichOneof("value")
+            if kind in ("int64_value", "uint64_value"):
+                stat.str_value = str(getattr(stat, kind))
+    folder = tmp_path_factory.mktemp("xsemantic")
+    (folder / "in").mkdir()
+    (folder / "in" / name).write_bytes(space.SerializeToString())
+    try:
+        counts, said = _xspace_nodes(folder / "in", folder / "out")
+    except TraceFormatError as exc:
+        assert "\n" not in str(exc)
+        return
+    clean_counts, clean_said = _XSPACE_CLEAN[name]
+    assert counts == clean_counts or said - clean_said, \
+        f"{edit} on {plane.name} {line.name}: {clean_counts} -> {counts}, nothing said"

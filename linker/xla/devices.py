@@ -140,6 +140,9 @@ class DeviceEvent:
     correlation: int | None  # GPU: the id of the host call that launched it
 
 
+DAY_PS = 86_400 * 10**12
+
+
 class DeviceEvents:
     """One device's events as columns: item ``i`` of each column is event ``i``'s field, in the
     order the events were read.
@@ -325,6 +328,20 @@ class DeviceEvents:
                            self.dur_ps[i], strings[self.lane[i]], self.exec_key[i], text, flops,
                            bytes_accessed, category, self.is_transfer(i), _COPIES[self.copy[i]],
                            self.correlation_of(i))
+
+    def out_of_range(self) -> set[int]:
+        """Events whose time cannot belong to the profile: a start more than a day from the
+        median start, or a duration over a day (a profile spans seconds to minutes; one event
+        moved 11 days made a span of 11 days, one lasting 11 days swallowed the 11 ops after
+        it), as the Kineto reader drops them."""
+        start, dur = self.start_ps, self.dur_ps
+        n = len(self)
+        if not n:
+            return set()
+        sample = sorted(start[::997] if n > 997 else start)
+        middle = sample[len(sample) // 2]
+        lo, hi = middle - DAY_PS, middle + DAY_PS
+        return {i for i in range(n) if not lo <= start[i] <= hi or dur[i] > DAY_PS}
 
     def exact_repeats(self, order: list[int]) -> set[int]:
         """Events equal in every column to the one before them in ``order`` (start order,

@@ -435,8 +435,10 @@ def _add_host_launches(trace: LinkedTrace, launches: _Launches, found: _HostLaun
     lines, names = found.lines, found.names
     added = []
     for i in range(len(launches)):
+        launched = device_op.get(launches.corr[i])
+        if launched is None:  # its device event was dropped (out of range): said there
+            continue
         lane, base = lines[launches.line[i]]
-        launched = device_op[launches.corr[i]]
         op = Op(uid=len(trace.ops), name=names[launches.metadata[i]], kind=OpKind.COMPUTE,
                 on_device=False, lane=lane, start_ps=base + launches.offset[i],
                 dur_ps=_shared(launches.dur[i], durations),
@@ -565,6 +567,15 @@ class _DeviceLinker:
         self.has_transfers = events.has_transfers  # once, not per copy-start
         matched = 0
         order = events.linking_order()
+        far = events.out_of_range()
+        if far:
+            order = [i for i in order if i not in far]
+            self.trace.metadata["xspace_out_of_range"] = len(far)
+            shown = ", ".join(repr(events.strings[events.name[i]][:40]) for i in sorted(far)[:3])
+            self.trace.warnings.append(
+                f"{self.path}: {self.dev.plane}: {len(far)} device events dropped whose time "
+                f"cannot belong to the profile (starting over a day from the rest, or lasting "
+                f"over a day: {shown}), with the host calls that launched them")
         repeats = events.exact_repeats(order)
         if repeats:  # a profile that recorded an event twice: one op, not two
             order = [i for i in order if i not in repeats]
