@@ -571,7 +571,10 @@ class _DeviceLinker:
         if far:
             order = [i for i in order if i not in far]
             self.trace.metadata["xspace_out_of_range"] = len(far)
-            shown = ", ".join(repr(events.strings[events.name[i]][:40]) for i in sorted(far)[:3])
+            names = []  # a loop, not a generator: Cython cannot del what a closure holds
+            for i in sorted(far)[:3]:
+                names.append(repr(events.strings[events.name[i]][:40]))
+            shown = ", ".join(names)
             self.trace.warnings.append(
                 f"{self.path}: {self.dev.plane}: {len(far)} device events dropped whose time "
                 f"cannot belong to the profile (starting over a day from the rest, or lasting "
