@@ -34,10 +34,18 @@ CORPUS_RANKS = {  # inputs -> {rank: its Kineto file}
 
 def record_ddp(root: Path, mode: str, extra_mb: float = 4) -> Path:
     """examples/ddp_overlap.py recorded in ``mode``; returns the capture folder."""
+    import warnings
+
     capture = root / f"{mode}{extra_mb:g}"
-    subprocess.run([sys.executable, str(REPO / "examples" / "ddp_overlap.py"), str(capture),
-                    "--mode", mode, "--extra-mb", str(extra_mb)], capture_output=True,
-                   timeout=300)
+    try:
+        subprocess.run([sys.executable, str(REPO / "examples" / "ddp_overlap.py"), str(capture),
+                        "--mode", mode, "--extra-mb", str(extra_mb)], capture_output=True,
+                       timeout=120)
+    except subprocess.TimeoutExpired:
+        # Seen about once in 80 runs: the program hangs after the window, in its last
+        # untraced steps, barrier or destroy_process_group, its capture complete (the
+        # manifest is written last). Said, and the capture judged as any other.
+        warnings.warn(f"ddp_overlap.py --mode {mode} did not exit within 120 s")
     # Files are judged, not the exit status; the capture is complete by the exit.
     assert (capture / "manifest.json").exists(), f"no capture for {mode}"
     return capture
