@@ -48,11 +48,13 @@ from chakra_hooks.linker.pytorch.comms import classify
 
 from . import etio
 from .attrs import make_attr
+from .peers import GROUPS_FILE, read_groups
+from .targets.astra_sim.network import MEMORY_FILE, NETWORK_FILE, SYSTEM_FILE
 
 LEVELS = ("names", "shapes", "times")
 DEFAULT_KEY_FILE = Path("~/.chakra-hooks/share.key")
 # What a conversion writes beside its ETs, and nothing else is copied.
-RUN_FILES = ("comm_group.json", "astra_network.yml", "astra_system.json", "astra_memory.json")
+RUN_FILES = (GROUPS_FILE, NETWORK_FILE, SYSTEM_FILE, MEMORY_FILE)
 
 # The format's own words, kept where they stand.
 KINETO_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "cpu_op", "user_annotation",
@@ -411,10 +413,8 @@ def share_run(folder: Path, out: Path, key: bytes, options: Options) -> Shared:
             source = folder / name
             if not source.exists():
                 continue
-            if name == "comm_group.json":
-                groups = orjson.loads(source.read_bytes())
-                if isinstance(groups, dict):
-                    groups = {_pg_name(str(k), names): v for k, v in groups.items()}
+            if name == GROUPS_FILE:
+                groups = {_pg_name(k, names): v for k, v in read_groups(folder).items()}
                 etio.atomic_write(staging / name, [orjson.dumps(groups)])
             else:
                 shutil.copyfile(source, staging / name)
@@ -459,8 +459,6 @@ _FORMAT_WORDS = frozenset({
 _WORD = re.compile(rb"[A-Za-z_][A-Za-z0-9_]{5,}")
 _NUMBER = re.compile(rb"(?<![0-9])[0-9]{5,}(?![0-9])")
 _PRINTABLE = re.compile(rb"[\x20-\x7e]{4,}")
-# Keys whose integer values are process or thread ids (searched for as text).
-_ID_KEYS = frozenset({"pid", "tid"})
 
 
 @dataclass
@@ -470,22 +468,13 @@ class Leak:
     found_in: str  # the shared file
 
 
-def _file_bytes(path: Path) -> bytes:
-    raw = path.read_bytes()
-    if raw[:2] == etio.GZIP_MAGIC:
-        import gzip
-
-        raw = gzip.decompress(raw)
-    return raw
-
-
 def _shared_words(folder: Path) -> tuple[dict[bytes, str], set[str]]:
     """Words (and numbers) in the shared files' text -> a file holding them; and the names of
     the ETs' attributes and metadata fields (the schema's, never a user's)."""
     words: dict[bytes, str] = {}
     fields: set[str] = set()
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        raw = _file_bytes(path)
+        raw = etio.read_bytes(path)[0]
         for run in _PRINTABLE.findall(raw):
             for token in (*_WORD.findall(run), *_NUMBER.findall(run)):
                 words.setdefault(token, path.name)
@@ -509,7 +498,7 @@ def _input_strings(path: Path) -> Iterable[tuple[bytes, bool]]:
     JSON file (keys too, escapes undone) and its ``pid`` / ``tid`` numbers; the printable runs
     of any other file (protobuf holds its strings as bytes). Read with regular expressions
     over the raw bytes, not decoded: a trace of 100 MB is read in a few seconds."""
-    raw = _file_bytes(path)
+    raw = etio.read_bytes(path)[0]
     name = path.name.lower().removesuffix(".gz")
     if name.endswith(".json") and raw.lstrip()[:1] in (b"{", b"["):
         seen = set(_JSON_STRING.findall(raw))

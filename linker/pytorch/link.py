@@ -266,9 +266,16 @@ class PytorchLinker:
         if self.kt is None:
             return self.et is not None and any(
                 n.cat == "kernel" and kernel_collective(n.name) is not None for n in self.et.nodes)
+        names = self.kernel_names  # _device_op's cache: each kernel name classified once
         for ev in self.kt.device:
-            if ev.cat == "kernel" and (kernel_collective(ev.name) is not None
-                                       or ev.args.collective_name is not None):
+            if ev.cat != "kernel":
+                continue
+            if ev.args.collective_name is not None:
+                return True
+            coll = names.get(ev.name, False)
+            if coll is False:
+                coll = names[ev.name] = kernel_collective(ev.name)
+            if coll is not None:
                 return True
         return False
 

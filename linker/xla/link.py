@@ -604,7 +604,7 @@ class _DeviceLinker:
         # the device's columns (about 45 bytes an event; its ops hold what the rest reads, so
         # linking takes them), the linking order and each event's module and instruction.
         sources = sorted({module.source for module in module_of if module is not None})
-        count = len(order)  # without the repeats
+        count = len(order)  # without the events dropped above
         self.dev.events, self.order, self.module_of, self.inst_of = DeviceEvents(), array("q"), [], []
         del events, order, module_of, inst_of
         self._stream_edges()
