@@ -257,40 +257,78 @@ def stats(files: tuple[str, ...], as_json: bool) -> None:
 @click.option("--ranks", "only", metavar="LIST",
               help="Apply --comm / --compute to these ranks only, e.g. '1' or '1,3' (a "
                    "straggler made faster: --ranks 1 --compute 0.33x).")
+@click.option("--bandwidth", multiple=True, metavar="FACTOR|DIM=FACTOR",
+              help="The network's bandwidth times FACTOR, through the network fitted to the "
+                   "run's transfers (latency terms do not move): '2x', or per dimension, "
+                   "'1=2x' (0: within a host, 1: between hosts). Repeatable.")
+@click.option("--latency", multiple=True, metavar="FACTOR|VALUE|DIM=...",
+              help="The network's latency times FACTOR ('0.5x') or set ('2us', '500ns'), "
+                   "per dimension as --bandwidth. Repeatable.")
+@click.option("--network", "network_file", type=click.Path(exists=True, dir_okay=False),
+              help="An ASTRA-sim network file (.yml: npus_count, bandwidth, latency per "
+                   "dimension): the run on that network, as ASTRA-sim would be given it.")
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON object per rank, one per line, then {\"run\": {...}}.")
 def whatif(files: tuple[str, ...], comm: tuple[str, ...], compute: str | None,
-           comm_from: str | None, only: str | None, as_json: bool) -> None:
-    """Replay converted ETs with communication and/or compute changed: the ranks together
-    (a collective's transfer starts when its last member reaches it; waits for peers follow
-    from the replay and are never scaled), the predicted span per rank and for the run, and
-    what moved on the critical path."""
+           comm_from: str | None, only: str | None, bandwidth: tuple[str, ...],
+           latency: tuple[str, ...], network_file: str | None, as_json: bool) -> None:
+    """Replay converted ETs with communication, the network and/or compute changed: the
+    ranks together (a collective's transfer starts when its last member reaches it; waits for
+    peers follow from the replay and are never scaled), the predicted span per rank and for
+    the run, and what moved on the critical path."""
+    from chakra_hooks.converter import network_change as nets
     from chakra_hooks.converter import peers as run_peers
     from chakra_hooks.converter import whatif as model
 
+    fitted = None
     try:
         change = model.parse_change(comm, compute)
         chosen = _parse_ranks(only)
         ranks, groups, world = run_peers.read_run(list(_et_files(files)))
         peers = run_peers.analyse(ranks, groups, world)
-        elsewhere = None
+        net = nets.NetworkChange(
+            {d: v for d, (_, v) in nets.parse_dimension_values("--bandwidth", bandwidth,
+                                                               False).items()},
+            nets.parse_dimension_values("--latency", latency, True),
+            nets.read_network_file(network_file, world) if network_file else None,
+            network_file or "")
+        if network_file and (bandwidth or latency):
+            _fail("--network gives the whole network: --bandwidth and --latency change the "
+                  "fitted one; give one or the other")
+        elsewhere, notes = None, []
         if comm_from is not None:
             theirs = run_peers.read_run(list(_et_files((comm_from,))))
-            elsewhere = model.run_comm_times(theirs[0], run_peers.analyse(*theirs))
+            their_peers = run_peers.analyse(*theirs)
+            notes += model.comm_from_problems(ranks, groups, world, theirs[0], theirs[1],
+                                              theirs[2], comm_from)
+            elsewhere = model.run_comm_times(theirs[0], their_peers)
         if chosen is not None and not chosen & {r.rank for r in ranks}:
             _fail(f"--ranks {only}: none of these ranks is among the ETs given "
                   f"({', '.join(str(r.rank) for r in ranks)})")
-        run = model.replay_run(ranks, change, chosen, peers, elsewhere)
-    except ValueError as exc:
+        factors = None
+        if net:
+            fitted = nets.fit_run(ranks, peers, groups, world)
+            factors, net_notes = fitted.factors(net)
+            notes += net_notes
+        run = model.replay_run(ranks, change, chosen, peers, elsewhere, comm_factors=factors)
+        run.notes += notes
+    except (ValueError, TraceFormatError) as exc:
         _fail(str(exc))
-    described = change.describe() + (f" on rank(s) {only}" if chosen is not None else "") + (
+    described = "; ".join(part for part in (
+        change.describe() if change != model.Change() or not net else "",
+        net.describe()) if part) + (f" on rank(s) {only}" if chosen is not None else "") + (
         f"; collectives as measured in {comm_from}" if comm_from else "")
     if as_json:
+        extra = {"network_fitted": fitted.to_json()} if fitted is not None else {}
         for r in run.ranks:
             click.echo(orjson.dumps({"what_if": described, **r.to_json()}).decode())
-        click.echo(orjson.dumps({"run": {"what_if": described, **run.to_json()}}).decode())
+        click.echo(orjson.dumps({"run": {"what_if": described, **run.to_json(), **extra}}
+                                ).decode())
     else:
         click.echo(model.render_run(run, described))
+        if fitted is not None:
+            click.echo("  network fitted to the run's transfers (convert --target astra-sim "
+                       "writes the same): " + "; ".join(fitted.describe()))
 
 
 def _parse_ranks(text: str | None) -> set[int] | None:

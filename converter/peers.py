@@ -22,7 +22,10 @@ all-to-all, barrier) nearly coincide on every member, whatever each started. Eac
 is the median, over the matched symmetric collectives it is in, of its end minus the median end
 of the collective's members; offsets are applied where they are larger than the ends' own
 spread (``clock_residual_us``, the median distance of an end from its collective's median end
-after correction), so that ranks of one host keep their common clock.
+after correction) and make it smaller. Ranks whose recording names their machine's clock
+(``host_clock`` in the ET's metadata, written from our collectors' manifests) share one offset
+per clock, and ranks all on one clock get none: a ring all-reduce (gloo's) does not end at one
+moment on every member, and a rank late to every collective is a straggler, not a clock.
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ class Rank:
     nodes: Sequence[Node]
     attrs: dict[int, dict] = field(default_factory=dict)
     times: dict[int, tuple[float | None, float]] = field(default_factory=dict)
+    host: str | None = None  # the machine it ran on, where the recording says (ET metadata)
+    clock: str | None = None  # its machine's clock (``host_clock``): one clock, one value
 
     def __post_init__(self) -> None:
         if not self.attrs:
@@ -86,8 +91,11 @@ def _value(attrs: Mapping[str, object], name: str) -> object:
     return value_of(value) if hasattr(value, "WhichOneof") else value
 
 
-def ranks_from_facts(facts: Mapping[int, Sequence[tuple]]) -> list[Rank]:
-    """Ranks of the communication nodes the workers handed over (rank -> ``comm_facts``)."""
+def ranks_from_facts(facts: Mapping[int, Sequence[tuple]],
+                     hosts: Mapping[int, Mapping[str, object]] | None = None) -> list[Rank]:
+    """Ranks of the communication nodes the workers handed over (rank -> ``comm_facts``),
+    with the ``host`` and ``host_clock`` of each where ``hosts`` (rank -> ET metadata) has
+    them."""
     # From the run's first start, in integers until then: epoch microseconds as floats are
     # 0.25 us apart.
     origin = min((row[3] for rows in facts.values() for row in rows if row[3] is not None),
@@ -100,8 +108,15 @@ def ranks_from_facts(facts: Mapping[int, Sequence[tuple]]) -> list[Rank]:
             attrs[nid] = {k: v for k, v in comm.items() if v is not None}
             times[nid] = (None if start_ps is None else (start_ps - origin) / 1e6,
                           0.0 if dur_ps is None else dur_ps / 1e6)
-        ranks.append(Rank(rank, "", nodes, attrs, times))
+        ranks.append(Rank(rank, "", nodes, attrs, times, *_host_of((hosts or {}).get(rank))))
     return ranks
+
+
+def _host_of(meta: Mapping[str, object] | None) -> tuple[str | None, str | None]:
+    """(host, host_clock) from an ET's metadata, each None where it is not a string."""
+    meta = meta or {}
+    return tuple(v if isinstance(v, str) and v else None
+                 for v in (meta.get("host"), meta.get("host_clock")))
 
 
 @dataclass
@@ -228,8 +243,10 @@ def _match_sends(ranks: Sequence[Rank], peers: Peers) -> None:
 
 def clock_offsets(ranks: Sequence[Rank], peers: Peers) -> None:
     """Each rank's clock offset from the ends of the matched symmetric collectives (module
-    docstring); sets ``peers.offsets_us`` and ``clock_residual_us``."""
+    docstring); sets ``peers.offsets_us`` and ``clock_residual_us``. Ranks that recorded one
+    clock (the same ``clock``: one machine) get one offset, and ranks all on one clock none."""
     by_rank = {r.rank: r for r in ranks}
+    domain = {r.rank: r.clock or f"rank {r.rank}" for r in ranks}
     ends: list[dict[int, float]] = []
     for column in peers.columns:
         if len(column) < 2:
@@ -238,23 +255,27 @@ def clock_offsets(ranks: Sequence[Rank], peers: Peers) -> None:
         a = by_rank[rank0].attrs[nid0]
         if "comm_type" in a and int(_value(a, "comm_type")) in SYMMETRIC:
             ends.append({rank: sum(by_rank[rank].times[nid]) for rank, nid in column})
-    residuals: dict[int, list[float]] = defaultdict(list)
+    residuals: dict[str, list[float]] = defaultdict(list)
     for column_ends in ends:
         middle = statistics.median(column_ends.values())
         for rank, end in column_ends.items():
-            residuals[rank].append(end - middle)
-    offsets = {rank: statistics.median(values) for rank, values in residuals.items()}
+            residuals[domain[rank]].append(end - middle)
     spread = _spread(ends, {})
-    corrected = _spread(ends, offsets)
-    if offsets and max(abs(v) for v in offsets.values()) > max(spread, 1.0) * 3 and corrected < spread:
-        peers.offsets_us = offsets
-        peers.clock_residual_us = corrected
-        peers.notes.append("ranks' clocks disagree: offsets (us) " + ", ".join(
-            f"rank {rank} {value:+,.1f}" for rank, value in sorted(offsets.items()))
-            + f" taken from {len(ends)} collectives' ends (residual {corrected:,.1f} us)")
-    else:
-        peers.clock_residual_us = spread
-    if ends and peers.clock_residual_us > 1000:
+    peers.clock_residual_us = spread
+    if len(residuals) > 1:
+        by_domain = {d: statistics.median(values) for d, values in residuals.items()}
+        offsets = {rank: by_domain[domain[rank]] for column_ends in ends for rank in column_ends}
+        corrected = _spread(ends, offsets)
+        if max(abs(v) for v in offsets.values()) > max(spread, 1.0) * 3 and corrected < spread:
+            peers.offsets_us = offsets
+            peers.clock_residual_us = corrected
+            shared = len(set(domain.values())) < len(domain)
+            peers.notes.append("ranks' clocks disagree: offsets (us) " + ", ".join(
+                f"rank {rank} {value:+,.1f}" for rank, value in sorted(offsets.items())
+                if value) + (" (ranks of one machine share one)" if shared else "")
+                + f" taken from {len(ends)} collectives' ends (residual {corrected:,.1f} us,"
+                f" {spread:,.1f} before)")
+    if ends and peers.clock_residual_us > 1000 and len(residuals) > 1:  # (one clock: not wrong)
         peers.notes.append(f"collectives' ends do not line up across ranks (median distance "
                            f"{peers.clock_residual_us:,.0f} us after clock correction): the "
                            f"matching or the clocks are wrong; waits may be too")
@@ -289,7 +310,8 @@ WAIT_ATTR, UNKNOWN_ATTR = "peer_wait_ns", "peer_wait_unknown"
 
 
 def annotate_facts(facts: Mapping[int, Sequence[tuple]], groups: Mapping[str, Sequence[int]],
-                   world: int) -> tuple[Peers, dict[int, list[tuple[int, bytes]]]]:
+                   world: int, hosts: Mapping[int, Mapping[str, object]] | None = None
+                   ) -> tuple[Peers, dict[int, list[tuple[int, bytes]]]]:
     """At conversion, from the workers' ``comm_facts`` (rank -> rows): the Peers, and per rank
     the attribute to add to each communication node, as (place in the ET's nodes, serialised
     AttributeProto): ``peer_wait_ns`` (its wait for the last member; its transfer is its
@@ -297,7 +319,7 @@ def annotate_facts(facts: Mapping[int, Sequence[tuple]], groups: Mapping[str, Se
     not all recorded."""
     from .wire import encode_attr
 
-    ranks = ranks_from_facts(facts)
+    ranks = ranks_from_facts(facts, hosts)
     peers = analyse(ranks, groups, world)
     additions: dict[int, list[tuple[int, bytes]]] = {}
     for rank, rows in facts.items():
@@ -382,7 +404,8 @@ def read_run(paths: Sequence) -> tuple[list[Rank], dict[str, list[int]], int]:
         rank = int(meta["rank"]) if isinstance(meta.get("rank"), int) else _rank_in_name(
             path, position)
         world = max(world, int(meta["world_size"]) if isinstance(meta.get("world_size"), int) else 0)
-        ranks.append(Rank(rank, str(path), et.nodes))
+        ranks.append(Rank(rank, str(path), et.nodes, host=_host_of(meta)[0],
+                          clock=_host_of(meta)[1]))
     if len({r.rank for r in ranks}) < len(ranks):
         # One ET under several names (a one-rank --target astra-sim run, written as NPUs 0
         # and 1): the names say which NPU each is.

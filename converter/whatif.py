@@ -213,11 +213,14 @@ class Schedule:
 def replay_run(ranks: Sequence[run_peers.Rank], change: Change = Change(),
                only: set[int] | None = None, peers: run_peers.Peers | None = None,
                comm_from: Mapping[int, Sequence[float]] | None = None,
-               per_rank: Mapping[int, Change] | None = None) -> RunWhatIf:
+               per_rank: Mapping[int, Change] | None = None,
+               comm_factors: Mapping[run_peers.Key, float] | None = None) -> RunWhatIf:
     """The ranks of one run replayed together before and after ``change`` (module
     docstring), the change applied to the ranks in ``only`` (all when None), or each rank's
     own from ``per_rank``. ``comm_from``: per rank, the other run's communication times in
-    start order (``run_comm_times``)."""
+    start order (``run_comm_times``). ``comm_factors``: per communication node (rank, id), a
+    factor on its transfer (its whole time where it was not matched) on top of the rest: a
+    network change (converter/network_change.py)."""
     peers = peers or run_peers.analyse(ranks)
     starts = [r.start() - peers.offsets_us.get(r.rank, 0.0) for r in ranks]  # corrected clocks
     origin = min(starts, default=0.0)
@@ -251,6 +254,14 @@ def replay_run(ranks: Sequence[run_peers.Rank], change: Change = Change(),
                     changed_transfer[key] = took
                 else:
                     changed[key] = took
+        for node in r.nodes if comm_factors else ():
+            factor = comm_factors.get((r.rank, node.id))
+            if factor is not None:
+                key = index * _STRIDE + node.id
+                if key in transfer:
+                    changed_transfer[key] *= factor
+                else:
+                    changed[key] *= factor
     before = _schedule(ranks, peers, base, measured, transfer)
     after = _schedule(ranks, peers, base, changed, changed_transfer)
     ends_before, ends_after = before.rank_ends(len(ranks)), after.rank_ends(len(ranks))
@@ -312,6 +323,43 @@ def straggler(ranks: Sequence[run_peers.Rank], peers: run_peers.Peers) -> Stragg
     scaled = {rank: Change(compute=middle / c) for rank, c in compute.items() if c}
     run = replay_run(ranks, peers=peers, per_rank=scaled)
     return Straggler(waited, compute, run.replayed_us, run.predicted_us)
+
+
+COMPUTE_CARRIED = 0.10  # --comm-from: compute that differs more than this is said
+
+
+def comm_from_problems(ranks: Sequence[run_peers.Rank], groups: Mapping[str, Sequence[int]],
+                       world: int, theirs: Sequence[run_peers.Rank],
+                       their_groups: Mapping[str, Sequence[int]], their_world: int,
+                       source: str) -> list[str]:
+    """What ``comm_from`` cannot carry: another world size or other process groups
+    (ValueError: transfers measured on another cluster are not this run's), and compute that
+    differs between the two runs by more than ``COMPUTE_CARRIED`` (a note with the figures:
+    the prediction keeps this run's compute, so it predicts the other run only where the two
+    computed alike)."""
+    if world != their_world:
+        raise ValueError(f"--comm-from {source}: a run of {their_world} rank(s), this one has "
+                         f"{world}: its transfers were measured on another cluster (for a "
+                         "network change, --bandwidth, --latency or --network)")
+    mine = {k: sorted(v) for k, v in groups.items()}
+    other = {k: sorted(v) for k, v in their_groups.items()}
+    if mine != other:
+        differ = sorted(set(mine) ^ set(other)) or sorted(k for k in mine if mine[k] != other[k])
+        raise ValueError(f"--comm-from {source}: its process groups (comm_group.json) differ "
+                         f"from this run's (group {differ[0]!r}): not the same program")
+    here = {r.rank: compute_us(r) for r in ranks}
+    there = {r.rank: compute_us(r) for r in theirs}
+    total_here = sum(here.values())
+    total_there = sum(there[k] for k in here if k in there)
+    if not total_here or not total_there or abs(total_there / total_here - 1) <= COMPUTE_CARRIED:
+        return []
+    worst = max((k for k in here if k in there and here[k]),
+                key=lambda k: abs(there[k] / here[k] - 1))
+    return [f"--comm-from {source}: the two runs' compute differs ({total_here / 1e3:,.3f} ms "
+            f"here, {total_there / 1e3:,.3f} ms there, {total_there / total_here - 1:+.1%}; "
+            f"rank {worst} {here[worst] / 1e3:,.3f} against {there[worst] / 1e3:,.3f} ms): "
+            f"the prediction keeps this run's compute and takes only the other's transfers, "
+            f"so it predicts that run no better than that"]
 
 
 def run_comm_times(ranks: Sequence[run_peers.Rank], peers: run_peers.Peers | None = None

@@ -403,6 +403,7 @@ class Trace(StepWindow):
             "versions": _versions(), "steps": s.steps, "complete": not s.errors,
             "error": "; ".join(s.errors) or None, "files": files,
             "process_groups": _process_groups(), "clocks": CLOCKS, "pid": os.getpid(),
+            "host": mf.host_identity(),
         }
         megatron = _megatron_layout()
         if megatron:

@@ -12,7 +12,10 @@ Layout of a capture directory written by :func:`chakra_hooks.collectors.torch.tr
 ``versions``, ``world_size``, ``steps``, ``complete``, ``process_groups``, ``clocks``,
 ``expected_ranks``, ``missing_ranks``, ``ranks`` (role -> file, only files that exist:
 ``{"<r>": {"host_et": relpath, "kineto": relpath, "routing": relpath}}``, paths relative to
-the capture directory) and ``rank_status`` (``{"<r>": {"complete", "error", "steps"}}``).
+the capture directory), ``rank_status`` (``{"<r>": {"complete", "error", "steps"}}``) and
+``hosts`` (``{"<r>": {"host", "host_clock"}}``: which ranks share a machine, and which share
+one clock: ranks in containers or network namespaces of one machine differ in the first, not
+in the second).
 ``complete`` is true only when every expected rank recorded its whole window.
 
 Why no collectives: a barrier in the collector could hang a job whose other rank crashed.
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 from pathlib import Path
 
 from ..files import atomic_write_json
@@ -34,6 +38,18 @@ from ..files import atomic_write_json
 FORMAT = "chakra-hooks-capture/1"
 RUN_MANIFEST = "manifest.json"
 _RANK_FILE = re.compile(r"^rank-(\d+)\.manifest\.json$")
+
+
+def host_identity() -> dict:
+    """Where this process runs: its host name, and the machine's boot id, which every process
+    of one running kernel shares (containers and namespaces included) and no other machine
+    has: ranks with one ``host_clock`` read one clock."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            clock = f.read().strip() or None
+    except OSError:
+        clock = None
+    return {"host": socket.gethostname(), "host_clock": clock}
 
 
 def rank_manifest_name(rank: int) -> str:
@@ -86,6 +102,7 @@ def merge(entries: dict[int, dict], expected: list[int]) -> dict:
         "missing_ranks": missing,
         "ranks": ranks,
         "rank_status": status,
+        "hosts": {str(r): e["host"] for r, e in sorted(entries.items()) if "host" in e},
     }
 
 

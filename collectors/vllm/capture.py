@@ -296,6 +296,7 @@ class WorkerCapture:
             "complete": not self.errors, "error": "; ".join(self.errors) or None,
             "files": self.files, "process_groups": [], "clocks": CLOCKS, "pid": os.getpid(),
             "vllm": _layout(self.worker_name, self.worker),
+            "host": mf.host_identity(),
         }
         mf.write_rank_manifest(self.outdir, entry)
         mf.update_run_manifest(self.outdir, list(range(self.world_size)))

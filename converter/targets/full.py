@@ -46,7 +46,7 @@ def annotate_peers(staging: str, results: list, groups: dict[int, list[int]], op
         return
     found, additions = peers.annotate_facts({r.rank: r.comm_facts for r in results},
                                             {str(k): v for k, v in groups.items()},
-                                            _world(results))
+                                            _world(results), _metadata(results))
     for message in found.notes:
         note(message)
     tasks = [(f"{staging}/{r.files[0]}", f"{staging}/{r.files[1]}" if options.write_json else None,
@@ -55,6 +55,11 @@ def annotate_peers(staging: str, results: list, groups: dict[int, list[int]], op
         if added:
             unknown = result.summary.setdefault("unknown", {})
             unknown[peers.UNKNOWN_ATTR] = unknown.get(peers.UNKNOWN_ATTR, 0) + added
+
+
+def _metadata(results: list) -> dict[int, dict]:
+    """Per rank, its ET's metadata (host, host_clock, world_size)."""
+    return {r.rank: r.summary.get("metadata") or {} for r in results}
 
 
 def _world(results: list) -> int:
@@ -71,7 +76,8 @@ def peer_waits(results: list, groups: dict[int, list[int]], nodes: dict, note: C
     said. Returns its Peers."""
     from chakra_hooks.converter import peers
 
-    found = peers.analyse(peers.ranks_from_facts({r.rank: r.comm_facts for r in results}),
+    found = peers.analyse(peers.ranks_from_facts({r.rank: r.comm_facts for r in results},
+                                                 _metadata(results)),
                           {str(k): v for k, v in groups.items()}, _world(results))
     peers.annotate_nodes(nodes, found)
     for message in found.notes:

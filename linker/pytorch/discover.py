@@ -200,9 +200,19 @@ def _from_manifest(manifest: Path, warn: Callable[[str], None]) -> list[RankJob]
             else:
                 warn(f"{manifest}: rank {key}: {role} file {rel} is missing")
         if "host_et" in files or "kineto" in files:
-            jobs.append(RankJob(FORMAT, files, int(key), {"manifest": str(manifest)}))
+            jobs.append(RankJob(FORMAT, files, int(key), {"manifest": str(manifest),
+                                                          **_host(doc, key)}))
     _warn_missing({j.rank for j in jobs}, doc.get("world_size"), str(manifest), warn)
     return jobs
+
+
+def _host(doc: dict, rank: str) -> dict[str, str]:
+    """The rank's ``host`` and ``host_clock`` as its manifest states them (strings only)."""
+    hosts = doc.get("hosts")
+    entry = hosts.get(rank) if isinstance(hosts, dict) else None
+    if not isinstance(entry, dict):
+        return {}
+    return {k: entry[k] for k in ("host", "host_clock") if isinstance(entry.get(k), str)}
 
 
 def _pair(sniffed: list[_Sniffed], warn: Callable[[str], None]) -> list[RankJob]:

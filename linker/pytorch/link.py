@@ -112,6 +112,9 @@ def load(job: RankJob) -> list[LinkedTrace]:
     """Loader entry point (see linker/sources.py)."""
     trace = link(job.files.get("host_et"), job.files.get("kineto"), job.rank,
                  force_pair=bool(job.options.get("force_pair")))
+    for key in ("host", "host_clock"):  # which ranks share a machine, and a clock (peers.py)
+        if key in job.options:
+            trace.metadata[key] = job.options[key]
     if trace.annotations:
         importlib.import_module("chakra_hooks.linker.enrich.engine_steps").tag(trace)
     # Sidecars of our collectors: role -> the module whose attach(trace, path) adds them.

@@ -13,8 +13,9 @@ cdef class _Cut:
 cpdef object split_host_ops(object linker)
 
 
-@cython.locals(op=Op, a=Op, b=Op, done=list, ends=list, members=list, lane=str,
-               i=Py_ssize_t, added=Py_ssize_t)
+@cython.locals(op=Op, a=Op, b=Op, late=Op, done=list, ends=list, comm=list, comm_ends=list,
+               members=list, lane=str, i=Py_ssize_t, j=Py_ssize_t, added=Py_ssize_t,
+               woken_late=Py_ssize_t)
 cpdef object add_thread_waits(list ops, list edges)
 
 

@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 # Idle time on a thread from which a wait for another thread is inferred: well above the
 # time between two ops of a busy thread, well below a backward pass.
 THREAD_WAIT_MIN_PS = 100_000_000  # 100 us
+# A host-side collective's range may close this long after the thread waiting for it resumed
+# (add_thread_waits).
+WOKEN_LATE_PS = 2_000_000_000  # 2 ms
 # Launches this close after a cut share it: their device ops depend on the part before the
 # earlier cut, at most this much before their own launch (the device side's resolution,
 # like linker/enrich/gaps.MIN_DEVICE_GAP_PS), and an op launching a few kernels in a row is cut
@@ -84,18 +87,29 @@ def split_host_ops(linker: PytorchLinker) -> None:
     for uid, found in cuts.items():
         added += _apply(ops, edges, uid, found, outgoing[uid])
     linker.trace.stats["host_op_parts_added"] = added
-    linker.trace.stats["thread_waits_by_clock"] = add_thread_waits(ops, edges)
+    waits, woken_late = add_thread_waits(ops, edges)
+    linker.trace.stats["thread_waits_by_clock"] = waits
+    if woken_late:
+        linker.trace.stats["comm_ends_at_waiter"] = woken_late
 
 
 def add_thread_waits(ops: list[Op], edges: list[Edge]) -> int:
     """A thread idle for ``THREAD_WAIT_MIN_PS`` or more between two of its ops, while another
     thread or a host-side collective worked, waited for it (the main thread blocked in
     ``backward()`` while autograd's thread ran it, or in a collective's ``wait()``): the op
-    after the idle time depends on the op of another lane that ended last inside it. The
-    trace records no such wait; the clock does (as in Lumos). Returns how many edges."""
+    after the idle time depends on the op of another lane that ended nearest its start inside
+    it. The trace records no such wait; the clock does (as in Lumos).
+
+    A host-side collective's range closes after it woke its waiter: gloo marks the work done,
+    the waiting thread resumes, then the gloo thread ends its range (0.4-0.5 ms later under
+    DDP on 2 loaded cores, where the main thread waits for each bucket in turn). So a
+    collective that ends up to ``WOKEN_LATE_PS`` after the waiter resumed, nearer than any
+    op inside the idle time, is what it waited for: its end is moved to the resume (counted,
+    ``comm_ends_at_waiter``), and the edge agrees with the clock. Returns how many edges, and
+    how many of them such collectives."""
     lanes: dict[str, list[Op]] = defaultdict(list)
     done: list[tuple[int, int, str]] = []  # (end, uid, lane) of every timed host-side op
-    has_comm = 0
+    comm: list[Op] = []
     for op in ops:
         if op.start_ps is None or op.dur_ps is None:
             continue
@@ -105,26 +119,43 @@ def add_thread_waits(ops: list[Op], edges: list[Edge]) -> int:
             done.append((op.start_ps + op.dur_ps, op.uid, lane))
         elif lane.startswith("comm:"):
             done.append((op.start_ps + op.dur_ps, op.uid, lane))
-            has_comm = 1
-    if len(lanes) + has_comm < 2:
-        return 0
+            comm.append(op)
+    if len(lanes) + (1 if comm else 0) < 2:
+        return 0, 0
     done.sort()
     ends = [entry[0] for entry in done]
+    comm.sort(key=_END)
+    comm_ends = [op.start_ps + op.dur_ps for op in comm]
     added = 0
+    woken_late = 0
     for lane, members in lanes.items():
         members.sort(key=_START)
         for a, b in zip(members, members[1:]):
             idle_from = a.start_ps + a.dur_ps
-            if b.start_ps - idle_from < THREAD_WAIT_MIN_PS:
+            resumed = b.start_ps
+            if resumed - idle_from < THREAD_WAIT_MIN_PS:
                 continue
-            i = bisect_right(ends, b.start_ps) - 1
+            inside = None
+            i = bisect_right(ends, resumed) - 1
             while i >= 0 and ends[i] > idle_from:
                 if done[i][2] != lane:
-                    edges.append(Edge(done[i][1], b.uid, _SYNC))
-                    added += 1
+                    inside = i
                     break
                 i -= 1
-    return added
+            j = bisect_right(comm_ends, resumed)
+            late = comm[j] if j < len(comm) and comm_ends[j] <= resumed + WOKEN_LATE_PS \
+                and comm[j].start_ps < resumed else None
+            if late is not None and (inside is None
+                                     or comm_ends[j] - resumed < resumed - ends[inside]):
+                late.dur_ps = resumed - late.start_ps
+                comm_ends[j] = resumed
+                edges.append(Edge(late.uid, b.uid, _SYNC))
+                added += 1
+                woken_late += 1
+            elif inside is not None:
+                edges.append(Edge(done[inside][1], b.uid, _SYNC))
+                added += 1
+    return added, woken_late
 
 
 def _timed(op: Op) -> bool:
@@ -182,6 +213,10 @@ def _resolve_waits(linker: PytorchLinker, cuts: dict[int, list[_Cut]]) -> None:
         if j < len(starts):
             for src in awaited:
                 edges.append(Edge(src, uids[j], _SYNC))
+
+
+def _END(op: Op) -> int:  # noqa: N802 (a sort key)
+    return op.start_ps + op.dur_ps
 
 
 def _START(op: Op) -> int:  # noqa: N802 (a sort key)

@@ -1,0 +1,99 @@
+"""Ground truths on the emulated cluster (tests/cluster/), pair by pair, with their spread.
+
+    python benchmarks/bench_cluster.py [--pairs 3] [--astra BIN] [--keep DIR]
+
+Records the flat plan (4 ranks on one bridge: the links at R and 2R, latency-bound
+collectives at R and 2R, DDP at R and 2R, a straggler) and the two-tier plan (2 hosts of 2
+ranks, uplinks at R and 2R), ``--pairs`` of each in one launch per plan, converts them, and
+prints for every ground truth each pair's predicted / measured span, the median and the spread.
+With ``--astra``: ASTRA-sim (../shared/tools/astra-run) on each R and 2R run's
+``--target astra-sim`` conversion, its fitted network's bandwidth scaled by 2 (0.5), against
+the other run's measured span. Needs root (network namespaces)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from chakra_hooks.convert import convert_paths  # noqa: E402
+from tests.cluster import truths  # noqa: E402
+from tests.cluster.net import unavailable  # noqa: E402
+from tests.cluster.run import record  # noqa: E402
+
+ASTRA_RUN = REPO.parent / "shared" / "tools" / "astra-run"
+
+
+def astra_ratio(capture: Path, factor: float, measured_us: float, astra: str,
+                work: Path) -> float | None:
+    """ASTRA-sim's finish with the fitted network's bandwidth(s) times ``factor``, over
+    ``measured_us``."""
+    out = work / f"{capture.name}_astra"
+    convert_paths([capture], out, target="astra-sim", progress=False, warn=lambda _: None,
+                  overwrite=True)
+    network = out / "astra_network.yml"
+    text = network.read_text()
+    scaled = re.sub(r"bandwidth: \[ ([^\]]+) \]", lambda m: "bandwidth: [ " + ", ".join(
+        f"{float(v) * factor:.6g}" for v in m.group(1).split(",")) + " ]", text)
+    changed = work / f"{capture.name}_x{factor:g}.yml"
+    changed.write_text(scaled)
+    ranks = len(list(out.glob("chakra.*.et")))
+    env = dict(os.environ, ASTRA_BIN=astra, NETWORK_CONFIG=str(changed),
+               SYSTEM_CONFIG=str(out / "astra_system.json"),
+               REMOTE_MEMORY_CONFIG=str(out / "astra_memory.json"))
+    if (out / "comm_group.json").exists():
+        env["COMM_GROUP_CONFIG"] = str(out / "comm_group.json")
+    run = subprocess.run([str(ASTRA_RUN), str(out / "chakra"), str(ranks)], env=env,
+                         capture_output=True, text=True, timeout=1800)
+    found = re.search(r"RESULT: OK npus=\d+ max_finish_cycles=(\d+)", run.stdout)
+    return int(found.group(1)) / 1e3 / measured_us if found else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--astra", help="ASTRA-sim's analytical congestion-unaware binary")
+    parser.add_argument("--keep", type=Path, help="record into this folder and keep it")
+    args = parser.parse_args()
+    why = unavailable()
+    if why:
+        sys.exit(f"bench_cluster: {why}")
+    work = args.keep or Path(tempfile.mkdtemp(prefix="bench_cluster_"))
+    found = {}
+    for name, plan, per_host in (("flat", truths.flat_plan(args.pairs), None),
+                                 ("tiers", truths.two_tier_plan(args.pairs), 2)):
+        found.update(record(work / name, 4, plan, per_host=per_host))
+    runs = {name: truths.Run.read(folder) for name, folder in found.items()}
+    print(f"{'ground truth':36s} {'median':>7s} {'spread':>7s}  pairs (predicted / measured)")
+    for name, values in truths.ratios(runs, args.pairs).items():
+        spread = max(values) - min(values)
+        print(f"{name:36s} {statistics.median(values):7.3f} {spread:7.3f}  "
+              + " ".join(f"{v:.3f}" for v in values))
+    offsets = sum(bool(run.peers.offsets_us) for run in runs.values())
+    print(f"clock offsets applied: {offsets} of {len(runs)} recordings")
+    if args.astra:
+        for kind in ("net", "small", "ddp", "tier"):
+            cells = []
+            for i in range(args.pairs):
+                r, r2 = f"{kind}{i}_R", f"{kind}{i}_2R"
+                if r not in runs:
+                    continue
+                plan = "tiers" if kind == "tier" else "flat"
+                for src, dst, factor in ((r, r2, 2.0), (r2, r, 0.5)):
+                    ratio = astra_ratio(work / plan / src, factor, runs[dst].span_us(),
+                                        args.astra, work)
+                    cells.append(f"{src} x{factor:g}: " + (f"{ratio:.3f}" if ratio else "failed"))
+            if cells:
+                print(f"ASTRA-sim {kind}: " + "; ".join(cells))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,263 @@
+"""``whatif --bandwidth / --latency / --network``: a change of the network, applied through a
+model of it fitted to the run's own transfers, not a flat factor on communication.
+
+A collective's transfer (its time after the last member arrived, converter/peers.py) is, on
+the model, latency terms plus bytes over bandwidth (converter/targets/astra_sim/network.py:
+the formulas ASTRA-sim's analytical backend follows, per collective type and group size). A
+network twice as fast halves only the bandwidth term, so a latency-bound collective barely
+moves where ``--comm 0.5x`` would halve it. Each collective's transfer is scaled by the model's
+time on the new network over its time on the fitted one: what the model does not explain
+(noise, one collective slower than its size says) is kept in proportion.
+
+Dimensions, as ASTRA-sim numbers them: 0, the links within a host; 1, the links between hosts
+(where the recording names each rank's host: ``host`` in the ETs' metadata). A collective whose
+members all share a host is fitted and changed on dimension 0; one that spans hosts on dimension
+1, as a ring over all its members whose slowest link bounds it (gloo's and NCCL's rings cross
+each host's uplink), so that a faster dimension 1 speeds it up until dimension 0 bounds it.
+A run on one host, or with no host recorded, has dimension 0 only.
+
+The fit is the one ``convert --target astra-sim`` writes (the same samples: each collective's
+transfer, collectives that overlapped sharing the time they covered): ``whatif --bandwidth 4x``
+and ASTRA-sim on the fitted network with its bandwidth times 4 model the same network.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from chakra_hooks.common.errors import TraceFormatError
+
+from .attrs import value_of
+from .peers import ALL_RANKS, Key, Peers, Rank
+from .schema import COMM_COLL, COMM_SEND
+from .targets.astra_sim import network as fitting
+
+WITHIN, ACROSS = 0, 1
+DIMENSION_NAMES = {WITHIN: "within a host", ACROSS: "between hosts"}
+
+
+@dataclass(frozen=True)
+class Link:
+    """One dimension's bandwidth (GB/s, ASTRA-sim's) and latency (ns)."""
+
+    bandwidth_gbps: float
+    latency_ns: float
+
+
+@dataclass(frozen=True)
+class NetworkChange:
+    """Per dimension (None: every dimension), a factor on bandwidth, and on latency either a
+    factor or a new value (ns); or a whole network (``links`` per dimension, from a file)."""
+
+    bandwidth: Mapping[int | None, float] = field(default_factory=dict)
+    latency: Mapping[int | None, tuple[str, float]] = field(default_factory=dict)
+    links: tuple[Link, ...] | None = None
+    source: str = ""
+
+    def __bool__(self) -> bool:
+        return bool(self.bandwidth or self.latency or self.links)
+
+    def describe(self) -> str:
+        if self.links is not None:
+            return f"the network of {self.source}"
+        parts = []
+        for dim, factor in self.bandwidth.items():
+            parts.append(f"bandwidth x{factor:g}" + _on(dim))
+        for dim, (how, value) in self.latency.items():
+            parts.append((f"latency x{value:g}" if how == "x" else f"latency {value:g} ns")
+                         + _on(dim))
+        return ", ".join(parts)
+
+    def apply(self, dim: int, link: Link) -> Link:
+        if self.links is not None:
+            return self.links[min(dim, len(self.links) - 1)]
+        bandwidth = link.bandwidth_gbps * self.bandwidth.get(dim, self.bandwidth.get(None, 1.0))
+        how, value = self.latency.get(dim, self.latency.get(None, ("x", 1.0)))
+        latency = link.latency_ns * value if how == "x" else value
+        return Link(bandwidth, latency)
+
+
+def _on(dim: int | None) -> str:
+    return "" if dim is None else f" on dimension {dim} ({DIMENSION_NAMES.get(dim, '?')})"
+
+
+@dataclass
+class RunNetwork:
+    """The network fitted to a run: per dimension its link and how many collectives it was
+    fitted to; per communication node (rank, id), its dimension and model sample."""
+
+    links: dict[int, Link]
+    fitted_to: dict[int, int]
+    samples: dict[Key, tuple[int, fitting.Sample]]
+    hosts: int
+
+    def factors(self, change: NetworkChange) -> tuple[dict[Key, float], list[str]]:
+        """Per communication node, its transfer's factor under ``change``, and notes."""
+        notes = []
+        new = {dim: change.apply(dim, link) for dim, link in self.links.items()}
+        unknown = sorted(d for d in (*change.bandwidth, *change.latency)
+                         if d is not None and d not in self.links)
+        if unknown:
+            notes.append(f"dimension {unknown[0]} ({DIMENSION_NAMES[unknown[0]]}) carried "
+                         "none of the recorded transfers: changing it moves nothing")
+        if change.links is not None and len(change.links) < 2 and len(self.links) > 1:
+            notes.append(f"{change.source} has one dimension: it stands for the links within "
+                         "and between hosts alike")
+        bounded = 0
+        out: dict[Key, float] = {}
+        for key, (dim, sample) in self.samples.items():
+            old = self.links[dim]
+            link = new[dim]
+            if dim == ACROSS and WITHIN in new and new[WITHIN].bandwidth_gbps < link.bandwidth_gbps:
+                link = Link(new[WITHIN].bandwidth_gbps, link.latency_ns)  # the ring's slowest link
+                bounded += 1
+            before = fitting.modelled_ns(sample, old.bandwidth_gbps, old.latency_ns)
+            after = fitting.modelled_ns(sample, link.bandwidth_gbps, link.latency_ns)
+            if before > 0:
+                out[key] = after / before
+        if bounded:
+            notes.append(f"{bounded} collective(s) between hosts are bounded by the links within "
+                         "a host on the new network")
+        return out, notes
+
+    def to_json(self) -> dict:
+        return {str(dim): {"bandwidth_gbps": float(f"{link.bandwidth_gbps:.6g}"),
+                           "latency_ns": round(link.latency_ns, 3),
+                           "transfers": self.fitted_to[dim]}
+                for dim, link in sorted(self.links.items())}
+
+    def describe(self) -> list[str]:
+        lines = []
+        for dim, link in sorted(self.links.items()):
+            lines.append(f"dimension {dim} ({DIMENSION_NAMES[dim]}): "
+                         f"{link.bandwidth_gbps:.6g} GB/s, latency {link.latency_ns:,.0f} ns, "
+                         f"fitted to {self.fitted_to[dim]:,} transfer(s)")
+        return lines
+
+
+def members_of(group: str, groups: Mapping[str, Sequence[int]], world: int) -> list[int]:
+    """The ranks of a process group (``pg_name``): comm_group.json's, else the whole run."""
+    if group in groups:
+        return list(groups[group])
+    return list(range(world)) if group in ALL_RANKS else []
+
+
+def fit_run(ranks: Sequence[Rank], peers: Peers, groups: Mapping[str, Sequence[int]],
+            world: int) -> RunNetwork:
+    """``RunNetwork`` for a run's ranks (decoded ETs) and what peers.analyse found."""
+    from .targets.astra_sim.run_rules import one_at_a_time
+
+    host_of = {r.rank: r.host for r in ranks}
+    hosts = {h for h in host_of.values() if h is not None}
+    split_hosts = len(hosts) > 1 and None not in host_of.values()
+    transfer = one_at_a_time({r.rank: r.nodes for r in ranks}, peers.transfer_us)
+    receiver = {c[0]: c[1][0] for c in peers.columns if len(c) == 2}  # a send's peer
+    samples: dict[Key, tuple[int, fitting.Sample]] = {}
+    for r in ranks:
+        for node in r.nodes:
+            key = (r.rank, node.id)
+            if node.type not in (COMM_COLL, COMM_SEND) or key not in transfer:
+                continue
+            if node.type == COMM_SEND and key not in peers.transfer_us:
+                continue  # a send whose receive is not here
+            a = r.attrs[node.id]
+            if "comm_size" not in a:
+                continue
+            size = int(_value(a["comm_size"]))
+            if node.type == COMM_SEND:
+                members = [r.rank, receiver.get(key, r.rank)]
+                sample = fitting.Sample(fitting.POINT_TO_POINT, size, 2, transfer[key] * 1000)
+            else:
+                group = str(_value(a["pg_name"])) if "pg_name" in a else ""
+                members = members_of(group, groups, world)
+                sample = fitting.Sample(int(_value(a["comm_type"])), size,
+                                        len(members) or world, transfer[key] * 1000)
+            across = split_hosts and len({host_of.get(m) for m in members}) > 1
+            samples[key] = (ACROSS if across else WITHIN, sample)
+    links, fitted_to = {}, {}
+    for dim in (WITHIN, ACROSS):
+        mine = [s for d, s in samples.values() if d == dim]
+        if mine or (dim == WITHIN and not samples):
+            fitted = fitting.fit(mine)
+            links[dim] = Link(fitted.bandwidth_gbps, fitted.latency_ns)
+            fitted_to[dim] = fitted.collectives
+    return RunNetwork(links, fitted_to, samples, len(hosts) if split_hosts else 1)
+
+
+def _value(attr: object) -> object:
+    return value_of(attr) if hasattr(attr, "WhichOneof") else attr
+
+
+def parse_dimension_values(flag: str, items: Sequence[str], absolute: bool
+                           ) -> dict[int | None, tuple[str, float]]:
+    """'2x' (every dimension) or '1=2x' (dimension 1); with ``absolute``, also a latency such
+    as '2us' or '500ns' (a new value, not a factor)."""
+    from .whatif import parse_factor
+
+    out: dict[int | None, tuple[str, float]] = {}
+    for item in items:
+        dim: int | None = None
+        value = item
+        if "=" in item:
+            name, _, value = item.partition("=")
+            if not name.strip().isdigit() or int(name) not in DIMENSION_NAMES:
+                raise ValueError(f"{flag} {item!r}: dimension {name!r} is not 0 (within a host) "
+                                 f"or 1 (between hosts)")
+            dim = int(name)
+        text = value.strip().lower()
+        units = {"ns": 1.0, "us": 1e3, "ms": 1e6}
+        if absolute and text[-2:] in units:
+            try:
+                out[dim] = ("=", float(text[:-2]) * units[text[-2:]])
+            except ValueError:
+                raise ValueError(f"{flag} {item!r}: expected a factor such as 2x or a "
+                                 f"latency such as 5us") from None
+            if out[dim][1] < 0:
+                raise ValueError(f"{flag} {item!r}: a latency cannot be negative")
+            continue
+        factor = parse_factor(value)
+        if factor <= 0 and not absolute:
+            raise ValueError(f"{flag} {item!r}: a bandwidth factor must be above 0")
+        out[dim] = ("x", factor)
+    return out
+
+
+def read_network_file(path: str | Path, npus: int) -> tuple[Link, ...]:
+    """The links of an ASTRA-sim network file (``topology``, ``npus_count``, ``bandwidth`` in
+    GB/s, ``latency`` in ns, one entry per dimension), checked against the run's ``npus``."""
+    import yaml
+
+    where = Path(path)
+    try:
+        doc = yaml.safe_load(where.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise TraceFormatError(where, "file", f"an ASTRA-sim network (YAML): {exc}") from None
+    if not isinstance(doc, dict):
+        raise TraceFormatError(where, "file", "an ASTRA-sim network: a mapping with "
+                               "topology, npus_count, bandwidth and latency")
+    lists = {}
+    for key in ("npus_count", "bandwidth", "latency"):
+        value = doc.get(key)
+        if not isinstance(value, list) or not value or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in value):
+            raise TraceFormatError(where, key, "a list of non-negative numbers, one per "
+                                   "dimension")
+        lists[key] = value
+    if len({len(v) for v in lists.values()}) > 1:
+        raise TraceFormatError(where, "npus_count", "as many entries as bandwidth and latency")
+    if len(lists["npus_count"]) > 2:
+        raise TraceFormatError(where, "npus_count", "one or two dimensions (within and between "
+                               "hosts)")
+    total = 1
+    for n in lists["npus_count"]:
+        total *= int(n)
+    if total != npus:
+        raise TraceFormatError(where, "npus_count", f"{npus} NPUs in all, one per rank of the "
+                               f"run, got {' x '.join(str(n) for n in lists['npus_count'])} = "
+                               f"{total}")
+    if any(b <= 0 for b in lists["bandwidth"]):
+        raise TraceFormatError(where, "bandwidth", "bandwidths above 0 GB/s")
+    return tuple(Link(float(b), float(lat)) for b, lat in zip(lists["bandwidth"],
+                                                             lists["latency"]))

@@ -1,0 +1,91 @@
+"""Ground truths where the world changes for real: the same program recorded on the emulated
+cluster (tests/cluster/net.py) with one thing changed (the links' rate, the uplinks' rate, one
+rank's compute), and one recording's ETs asked to predict the other. Each prediction is the
+median over the pairs recorded (``PAIRS``, alternating in one launch). benchmarks/bench_cluster.py
+prints every pair and the spread."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from .net import unavailable
+from .run import record
+from .truths import STRAGGLER, Run, flat_plan, ratios, two_tier_plan
+
+WHY = unavailable()
+pytestmark = pytest.mark.skipif(WHY is not None, reason=f"no emulated cluster here: {WHY}")
+PAIRS = 2
+
+
+@pytest.fixture(scope="module")
+def flat(tmp_path_factory) -> dict[str, Run]:
+    found = record(tmp_path_factory.mktemp("flat"), 4, flat_plan(PAIRS))
+    return {name: Run.read(folder) for name, folder in found.items()}
+
+
+@pytest.fixture(scope="module")
+def two_tier(tmp_path_factory) -> dict[str, Run]:
+    found = record(tmp_path_factory.mktemp("tiers"), 4, two_tier_plan(PAIRS), per_host=2)
+    return {name: Run.read(folder) for name, folder in found.items()}
+
+
+@pytest.fixture(scope="module")
+def flat_ratios(flat) -> dict[str, list[float]]:
+    return ratios(flat, PAIRS)
+
+
+def _within(found: dict[str, list[float]], name: str, bound: float) -> None:
+    values = found[name]
+    assert len(values) == PAIRS
+    middle = statistics.median(values)
+    assert abs(middle - 1) <= bound, (f"{name}: predicted / measured {middle:.3f} (pairs: "
+                                      f"{', '.join(f'{v:.3f}' for v in values)}), bound {bound}")
+
+
+@pytest.mark.parametrize("direction", ["R -> 2R", "2R -> R"])
+def test_network_rate_predicted_both_ways(flat_ratios, direction):
+    """The links at twice (half) the rate: whatif --bandwidth 2x (0.5x) on the other run."""
+    _within(flat_ratios, f"net {direction}", 0.05)
+
+
+@pytest.mark.parametrize("direction", ["R -> 2R", "2R -> R"])
+def test_latency_bound_collectives_barely_move(flat_ratios, direction):
+    """Mostly small all-reduces: twice the rate moves them little, and --bandwidth says so
+    where a flat --comm 0.5x, which halves them, cannot."""
+    _within(flat_ratios, f"small {direction}", 0.05)
+    flat_factor = statistics.median(flat_ratios["small R -> 2R, flat --comm 0.5x"])
+    assert flat_factor < 0.9, f"--comm 0.5x came out at {flat_factor:.3f}: not latency-bound"
+
+
+@pytest.mark.parametrize("direction", ["R -> 2R", "2R -> R"])
+def test_ddp_overlap_predicted(flat_ratios, direction):
+    """torch's DDP (buckets all-reduced while backward goes on) at twice (half) the rate."""
+    _within(flat_ratios, f"ddp {direction}", 0.05)
+
+
+@pytest.mark.parametrize("name", ["straggler made even", "straggler made slow"])
+def test_straggler_at_four_ranks(flat_ratios, name):
+    f"""Rank {STRAGGLER} at twice its compute and at its own: each predicts the other."""
+    _within(flat_ratios, name, 0.05)
+
+
+@pytest.mark.parametrize("direction", ["R -> 2R", "2R -> R"])
+def test_two_tier_uplinks(two_tier, direction):
+    """Hosts of 2 ranks: each host's uplink at twice (half) the rate, predicted on dimension 1
+    (between hosts) only; the links within a host keep theirs."""
+    _within(ratios(two_tier, PAIRS), f"tier {direction}", 0.10)
+
+
+def test_ranks_of_one_machine_keep_one_clock(flat, two_tier):
+    """Every recording: the ranks name their host and one clock, and no offset is applied
+    (gloo's ring all-reduces do not end at one moment on every member; a straggler is late,
+    not skewed)."""
+    for name, run in {**flat, **two_tier}.items():
+        clocks = {r.clock for r in run.ranks}
+        assert len(clocks) == 1 and None not in clocks, (name, clocks)
+        assert run.peers.offsets_us == {}, (name, run.peers.offsets_us, run.peers.notes)
+    assert {r.host for r in flat["net0_R"].ranks} == {"host0"}
+    assert [r.host for r in sorted(two_tier["tier0_R"].ranks, key=lambda r: r.rank)] == [
+        "host0", "host0", "host1", "host1"]

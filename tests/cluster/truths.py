@@ -1,0 +1,111 @@
+"""Ground truths on the emulated cluster: the recordings (``FLAT`` and ``TWO_TIER`` plans) and
+what each prediction gives against the run it predicts. Used by
+tests/cluster/test_ground_truths.py and benchmarks/bench_cluster.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from chakra_hooks.converter import network_change as nets
+from chakra_hooks.converter import peers as run_peers
+from chakra_hooks.converter import whatif
+
+from .run import Phase
+
+KB, MB = 1 << 10, 1 << 20
+RATE = 200  # Mbit/s: the links' rate in the R runs, doubled in the 2R runs
+# Gradients of four sizes (the fit sees latency and bandwidth apart), 3.75 MB a step.
+GRADIENTS = [256 * KB, 512 * KB, 1 * MB, 2 * MB]
+# Mostly small all-reduces (their time is latency: gloo's hand-offs between processes, not
+# the link's rate) and one of 1 MB.
+SMALL = [1 * KB, 2 * KB, 4 * KB, 8 * KB, 16 * KB, 32 * KB] * 2 + [1 * MB]
+STRAGGLER = 3  # the rank made slow
+
+
+def flat_plan(pairs: int = 2) -> list[Phase]:
+    """4 ranks on one bridge: per pair, the network at R and 2R, latency-bound collectives at
+    R and 2R, DDP at R and 2R, and a straggler (rank 3 at twice its compute) and without."""
+    phases = []
+    for i in range(pairs):
+        phases += [
+            Phase(f"net{i}_R", GRADIENTS, RATE), Phase(f"net{i}_2R", GRADIENTS, 2 * RATE),
+            Phase(f"small{i}_R", SMALL, RATE, forward_ms=1, backward_ms=2),
+            Phase(f"small{i}_2R", SMALL, 2 * RATE, forward_ms=1, backward_ms=2),
+            Phase(f"ddp{i}_R", [MB] * 8, RATE, mode="ddp", forward_ms=10, backward_ms=20),
+            Phase(f"ddp{i}_2R", [MB] * 8, 2 * RATE, mode="ddp", forward_ms=10, backward_ms=20),
+            Phase(f"slow{i}", GRADIENTS, 2 * RATE, forward_ms=20, backward_ms=40,
+                  scale={STRAGGLER: 2.0}),
+            Phase(f"even{i}", GRADIENTS, 2 * RATE, forward_ms=20, backward_ms=40),
+        ]
+    return phases
+
+
+def two_tier_plan(pairs: int = 2) -> list[Phase]:
+    """2 hosts of 2 ranks: links within a host at 1 Gbit/s, each host's uplink at R, then 2R;
+    every step all-reduces the gradients over all 4 ranks and 256 KB within each host."""
+    phases = []
+    for i in range(pairs):
+        for name, uplink in ((f"tier{i}_R", RATE), (f"tier{i}_2R", 2 * RATE)):
+            phases.append(Phase(name, GRADIENTS, 1000, uplink_mbit=uplink,
+                                host_bytes=256 * KB))
+    return phases
+
+
+@dataclass
+class Run:
+    """A converted recording, read as the run tools read it."""
+
+    ranks: list
+    groups: dict
+    world: int
+    peers: run_peers.Peers
+
+    @classmethod
+    def read(cls, folder: Path) -> Run:
+        ranks, groups, world = run_peers.read_run(sorted(Path(folder).glob("*.et")))
+        return cls(ranks, groups, world, run_peers.analyse(ranks, groups, world))
+
+    def span_us(self) -> float:
+        return whatif.replay_run(self.ranks, peers=self.peers).span_us
+
+    def predict(self, change: whatif.Change = whatif.Change(), only: set[int] | None = None,
+                network: nets.NetworkChange | None = None) -> float:
+        """The run's predicted span (us) with ``change`` and / or ``network``."""
+        factors = None
+        if network:
+            fitted = nets.fit_run(self.ranks, self.peers, self.groups, self.world)
+            factors, _ = fitted.factors(network)
+        return whatif.replay_run(self.ranks, change, only, self.peers,
+                                 comm_factors=factors).predicted_us
+
+
+def bandwidth(factor: float, dim: int | None = None) -> nets.NetworkChange:
+    return nets.NetworkChange({dim: factor})
+
+
+def ratios(runs: dict[str, Run], pairs: int) -> dict[str, list[float]]:
+    """Per ground truth, predicted over measured for each pair recorded (1.0: exact)."""
+    out: dict[str, list[float]] = {}
+
+    def add(name: str, value: float) -> None:
+        out.setdefault(name, []).append(value)
+
+    for i in range(pairs):
+        for kind in ("net", "small", "ddp", "tier"):
+            r, r2 = runs.get(f"{kind}{i}_R"), runs.get(f"{kind}{i}_2R")
+            if r is None or r2 is None:
+                continue
+            dim = nets.ACROSS if kind == "tier" else None
+            add(f"{kind} R -> 2R", r.predict(network=bandwidth(2.0, dim)) / r2.span_us())
+            add(f"{kind} 2R -> R", r2.predict(network=bandwidth(0.5, dim)) / r.span_us())
+            if kind == "small":
+                add("small R -> 2R, flat --comm 0.5x",
+                    r.predict(whatif.Change(comm=0.5)) / r2.span_us())
+        slow, even = runs.get(f"slow{i}"), runs.get(f"even{i}")
+        if slow is not None and even is not None:
+            add("straggler made even", slow.predict(whatif.Change(compute=0.5), {STRAGGLER})
+                / even.span_us())
+            add("straggler made slow", even.predict(whatif.Change(compute=2.0), {STRAGGLER})
+                / slow.span_us())
+    return out
