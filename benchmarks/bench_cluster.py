@@ -68,12 +68,12 @@ def main() -> None:
         sys.exit(f"bench_cluster: {why}")
     work = args.keep or Path(tempfile.mkdtemp(prefix="bench_cluster_"))
     found = {}
-    for name, plan, per_host in (("flat", truths.flat_plan(args.pairs), None),
-                                 ("tiers", truths.two_tier_plan(args.pairs), 2)):
+    for name, plan, per_host in (("flat", truths.flat_plan(args.pairs, args.pairs + 2), None),
+                                 ("tiers", truths.two_tier_plan(args.pairs + 2), 2)):
         found.update(record(work / name, 4, plan, per_host=per_host))
     runs = {name: truths.Run.read(folder) for name, folder in found.items()}
     print(f"{'ground truth':36s} {'median':>7s} {'spread':>7s}  pairs (predicted / measured)")
-    for name, values in truths.ratios(runs, args.pairs).items():
+    for name, values in truths.ratios(runs).items():
         spread = max(values) - min(values)
         print(f"{name:36s} {statistics.median(values):7.3f} {spread:7.3f}  "
               + " ".join(f"{v:.3f}" for v in values))
@@ -82,7 +82,7 @@ def main() -> None:
     if args.astra:
         for kind in ("net", "small", "ddp", "tier"):
             cells = []
-            for i in range(args.pairs):
+            for i in range(args.pairs + 2):
                 r, r2 = f"{kind}{i}_R", f"{kind}{i}_2R"
                 if r not in runs:
                     continue

@@ -154,6 +154,15 @@ def fit_run(ranks: Sequence[Rank], peers: Peers, groups: Mapping[str, Sequence[i
     split_hosts = len(hosts) > 1 and None not in host_of.values()
     transfer = one_at_a_time({r.rank: r.nodes for r in ranks}, peers.transfer_us)
     receiver = {c[0]: c[1][0] for c in peers.columns if len(c) == 2}  # a send's peer
+    # Every member of a collective counts it at the largest member's size, as the astra-sim
+    # target writes it (run_rules.harmonize: uneven all-to-all sizes).
+    by_rank = {r.rank: r for r in ranks}
+    largest: dict[Key, int] = {}
+    for column in peers.columns:
+        sizes = [by_rank[rank].attrs[nid].get("comm_size") for rank, nid in column]
+        if len(column) > 1 and all(v is not None for v in sizes):
+            top = max(int(_value(v)) for v in sizes)
+            largest.update(dict.fromkeys(column, top))
     samples: dict[Key, tuple[int, fitting.Sample]] = {}
     for r in ranks:
         for node in r.nodes:
@@ -165,7 +174,7 @@ def fit_run(ranks: Sequence[Rank], peers: Peers, groups: Mapping[str, Sequence[i
             a = r.attrs[node.id]
             if "comm_size" not in a:
                 continue
-            size = int(_value(a["comm_size"]))
+            size = largest.get(key) or int(_value(a["comm_size"]))
             if node.type == COMM_SEND:
                 members = [r.rank, receiver.get(key, r.rank)]
                 sample = fitting.Sample(fitting.POINT_TO_POINT, size, 2, transfer[key] * 1000)

@@ -20,12 +20,12 @@ time, as one rank's replay treats them, and are counted as ``wait unknown``.
 Clocks: the ends of a symmetric collective (all-reduce, all-gather, reduce-scatter,
 all-to-all, barrier) nearly coincide on every member, whatever each started. Each rank's offset
 is the median, over the matched symmetric collectives it is in, of its end minus the median end
-of the collective's members; offsets are applied where they are larger than the ends' own
-spread (``clock_residual_us``, the median distance of an end from its collective's median end
-after correction) and make it smaller. Ranks whose recording names their machine's clock
-(``host_clock`` in the ET's metadata, written from our collectors' manifests) share one offset
-per clock, and ranks all on one clock get none: a ring all-reduce (gloo's) does not end at one
-moment on every member, and a rank late to every collective is a straggler, not a clock.
+of the collective's members; offsets are applied where they make the ends' spread
+(``clock_residual_us``, the median distance of an end from its collective's median end) smaller
+and are three times what is left of it at least. Ranks whose recording names their machine's
+clock (``host_clock`` in the ET's metadata, written from our collectors' manifests) share one
+offset per clock, and ranks all on one clock get none: a ring all-reduce (gloo's) does not end
+at one moment on every member, and a rank late to every collective is a straggler, not a clock.
 """
 
 from __future__ import annotations
@@ -266,7 +266,9 @@ def clock_offsets(ranks: Sequence[Rank], peers: Peers) -> None:
         by_domain = {d: statistics.median(values) for d, values in residuals.items()}
         offsets = {rank: by_domain[domain[rank]] for column_ends in ends for rank in column_ends}
         corrected = _spread(ends, offsets)
-        if max(abs(v) for v in offsets.values()) > max(spread, 1.0) * 3 and corrected < spread:
+        # Applied where they line the ends up better, and stand out from what is left (ends
+        # that still disagree by as much are not clocks but the collectives themselves).
+        if max(abs(v) for v in offsets.values()) > max(corrected, 1.0) * 3 and corrected < spread:
             peers.offsets_us = offsets
             peers.clock_residual_us = corrected
             shared = len(set(domain.values())) < len(domain)

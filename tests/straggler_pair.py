@@ -1,6 +1,6 @@
 """Ground truth for a straggler what-if: examples/straggler.py recorded with the last rank doing
 SLOW times the compute and with SLOW = 1, converted, and the premise checked (the two runs
-differ in rank 1's compute only). Used by tests/converter/test_straggler.py and
+differ in rank 1's compute only). Used by
 benchmarks/bench_straggler.py."""
 
 from __future__ import annotations

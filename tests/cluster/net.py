@@ -83,11 +83,19 @@ def remove_stale() -> list[str]:
 BURST = 80_000
 
 
+# How long a packet may wait in a link's queue. Short, as on a switch port: with 200 ms, a
+# ring's data queued up to that long in front of the acknowledgements of the flow going the
+# other way (this kernel has no fq_codel to keep them apart), connections' round trips jumped
+# past their retransmission timeouts, and spurious timeouts stalled collectives 40-100 ms at
+# random (a 256 KB all-reduce: 7 ms in one phase, 69 ms in the next).
+QUEUE = os.environ.get("CHAKRA_TESTBED_QUEUE", "200ms")
+WINDOW = int(os.environ.get("CHAKRA_TESTBED_WINDOW", str(256 * 1024)))
+
+
 def _tbf(dev: str, ns: str, mbit: float) -> None:
-    """Shape ``dev``'s egress to ``mbit`` (a queue of up to 200 ms, so that nothing is
-    dropped: a lost segment would stall a ring for a retransmission timeout)."""
+    """Shape ``dev``'s egress to ``mbit``."""
     _run("tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{mbit}mbit",
-         "burst", str(BURST), "latency", "200ms", ns=ns)
+         "burst", str(BURST), "latency", QUEUE, ns=ns)
 
 
 @dataclass
@@ -170,6 +178,15 @@ class Cluster:
             _run("sysctl", "-q", "-w", "net.ipv4.tcp_slow_start_after_idle=0", ns=ns)
             _run("ip", "addr", "add", f"{self.address(r)}/24", "dev", "eth0", ns=ns)
             _run("ip", "link", "set", "eth0", "up", ns=ns)
+            # A window of at most WINDOW advertised (the receive buffer left as it is: shrunk
+            # to that, it overflowed and dropped), so that a connection has no more in flight
+            # and a queue holds no more than its flows' windows: nothing dropped, round trips of
+            # a few ms, no spurious timeouts; any window above the links' few KB of
+            # bandwidth-delay product keeps them busy. Acknowledgements at once: a sender out of
+            # window waited up to 40 ms for a delayed ack (a 33 ms all-reduce took 90 now and
+            # then).
+            _run("ip", "route", "replace", f"{SUBNET}.0/24", "dev", "eth0", "src",
+                 self.address(r), "window", str(WINDOW), "quickack", "1", ns=ns)
         self.set_rank_rate(self.rank_mbit)
         if self.hosts > 1:
             self.set_uplink_rate(self.uplink_mbit or self.rank_mbit)
@@ -189,6 +206,28 @@ class Cluster:
             _tbf(f"u{h}h", self.fabric, mbit)
             _tbf(f"u{h}s", self.fabric, mbit)
         self.uplink_mbit = mbit
+
+    def tcp_counters(self) -> dict[int, dict[str, int]]:
+        """Per rank, its namespace's TCP segments sent and retransmitted (nothing is dropped
+        on these links; the few retransmissions seen are tail-loss probes and spurious
+        timeouts while a queue is long)."""
+        out = {}
+        for r in range(self.ranks):
+            text = subprocess.run(["ip", "netns", "exec", self.namespace(r), "cat",
+                                   "/proc/net/snmp"], capture_output=True, text=True).stdout
+            rows = [line.split() for line in text.splitlines() if line.startswith("Tcp:")]
+            if len(rows) == 2:
+                counts = dict(zip(rows[0][1:], rows[1][1:]))
+                out[r] = {"sent": int(counts["OutSegs"]), "retransmitted": int(counts["RetransSegs"])}
+            text = subprocess.run(["ip", "netns", "exec", self.namespace(r), "cat",
+                                   "/proc/net/netstat"], capture_output=True, text=True).stdout
+            rows = [line.split() for line in text.splitlines() if line.startswith("TcpExt:")]
+            if len(rows) == 2 and r in out:
+                ext = dict(zip(rows[0][1:], map(int, rows[1][1:])))
+                out[r].update({k: ext.get(k, 0) for k in (
+                    "TCPTimeouts", "TCPLossProbes", "TCPSpuriousRTOs", "PruneCalled",
+                    "TCPRcvQDrop", "TCPBacklogDrop", "TCPOFOQueue", "TCPZeroWindowDrop")})
+        return out
 
     def close(self) -> None:
         for name in reversed(self.made):

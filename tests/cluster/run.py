@@ -34,8 +34,8 @@ class Phase:
     backward_ms: float = 10.0
     scale: dict[int, float] = field(default_factory=dict)
     host_bytes: int = 0
-    steps: int = 5
-    window: tuple[int, int] = (2, 5)
+    steps: int = 6
+    window: tuple[int, int] = (2, 6)  # four steps: a collective stalled once weighs a quarter
 
     def program(self) -> dict:
         return {"name": self.name, "mode": self.mode, "sizes": self.sizes,
@@ -62,6 +62,7 @@ def record(root: Path, ranks: int, phases: list[Phase], per_host: int | None = N
                                 root / f"rank{r}.log") for r in range(ranks)]
         try:
             _drive(cluster, procs, phases, control, root)
+            (root / "tcp.json").write_text(json.dumps(cluster.tcp_counters()))
         finally:
             for p in procs:
                 if p.poll() is None:

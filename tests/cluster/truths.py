@@ -23,32 +23,41 @@ SMALL = [1 * KB, 2 * KB, 4 * KB, 8 * KB, 16 * KB, 32 * KB] * 2 + [1 * MB]
 STRAGGLER = 3  # the rank made slow
 
 
-def flat_plan(pairs: int = 2) -> list[Phase]:
-    """4 ranks on one bridge: per pair, the network at R and 2R, latency-bound collectives at
-    R and 2R, DDP at R and 2R, and a straggler (rank 3 at twice its compute) and without."""
+def flat_plan(pairs: int = 3, noisy_pairs: int = 5) -> list[Phase]:
+    """4 ranks on one bridge: per pair, the network at R and 2R and a straggler (rank 3 at
+    twice its compute) and without; ``noisy_pairs`` pairs of latency-bound collectives and of
+    DDP at R and 2R. A small all-reduce's time is gloo's hand-offs between 4 processes on 2
+    cores (a 1 KB one: 2-25 ms, 8 at the median), so those phases compute 195 ms a step beside
+    their 100 ms of small collectives; DDP's buckets share the links two at a time, and its
+    pairs scatter more (0.88-1.07 in three). Every other pair runs 2R first, so that a drift
+    does not favour one side."""
     phases = []
-    for i in range(pairs):
-        phases += [
-            Phase(f"net{i}_R", GRADIENTS, RATE), Phase(f"net{i}_2R", GRADIENTS, 2 * RATE),
-            Phase(f"small{i}_R", SMALL, RATE, forward_ms=1, backward_ms=2),
-            Phase(f"small{i}_2R", SMALL, 2 * RATE, forward_ms=1, backward_ms=2),
-            Phase(f"ddp{i}_R", [MB] * 8, RATE, mode="ddp", forward_ms=10, backward_ms=20),
-            Phase(f"ddp{i}_2R", [MB] * 8, 2 * RATE, mode="ddp", forward_ms=10, backward_ms=20),
-            Phase(f"slow{i}", GRADIENTS, 2 * RATE, forward_ms=20, backward_ms=40,
-                  scale={STRAGGLER: 2.0}),
-            Phase(f"even{i}", GRADIENTS, 2 * RATE, forward_ms=20, backward_ms=40),
-        ]
+    for i in range(max(pairs, noisy_pairs)):
+        order = (("R", RATE), ("2R", 2 * RATE))[::1 if i % 2 == 0 else -1]
+        if i < pairs:
+            phases += [Phase(f"net{i}_{n}", GRADIENTS, rate) for n, rate in order]
+        if i < noisy_pairs:
+            phases += [Phase(f"small{i}_{n}", SMALL, rate, forward_ms=5, backward_ms=10)
+                       for n, rate in order]
+            phases += [Phase(f"ddp{i}_{n}", [MB] * 8, rate, mode="ddp", forward_ms=10,
+                             backward_ms=20) for n, rate in order]
+        if i < pairs:
+            phases += [Phase(f"slow{i}", GRADIENTS, 2 * RATE, forward_ms=20, backward_ms=40,
+                             scale={STRAGGLER: 2.0}),
+                       Phase(f"even{i}", GRADIENTS, 2 * RATE, forward_ms=20, backward_ms=40)]
     return phases
 
 
-def two_tier_plan(pairs: int = 2) -> list[Phase]:
-    """2 hosts of 2 ranks: links within a host at 1 Gbit/s, each host's uplink at R, then 2R;
-    every step all-reduces the gradients over all 4 ranks and 256 KB within each host."""
+def two_tier_plan(pairs: int = 5) -> list[Phase]:
+    """2 hosts of 2 ranks: links within a host at 1 Gbit/s, each host's uplink at R, then 2R
+    (every other pair the other way round); every step all-reduces the gradients over all 4
+    ranks and 256 KB within each host. Its pairs scatter most (a phase in which the machine
+    slowed down took 2.4x as long for one step's 2 MB all-reduce), hence five."""
     phases = []
     for i in range(pairs):
-        for name, uplink in ((f"tier{i}_R", RATE), (f"tier{i}_2R", 2 * RATE)):
-            phases.append(Phase(name, GRADIENTS, 1000, uplink_mbit=uplink,
-                                host_bytes=256 * KB))
+        order = (("R", RATE), ("2R", 2 * RATE))[::1 if i % 2 == 0 else -1]
+        phases += [Phase(f"tier{i}_{n}", GRADIENTS, 1000, uplink_mbit=rate, host_bytes=256 * KB)
+                   for n, rate in order]
     return phases
 
 
@@ -84,8 +93,10 @@ def bandwidth(factor: float, dim: int | None = None) -> nets.NetworkChange:
     return nets.NetworkChange({dim: factor})
 
 
-def ratios(runs: dict[str, Run], pairs: int) -> dict[str, list[float]]:
+def ratios(runs: dict[str, Run]) -> dict[str, list[float]]:
     """Per ground truth, predicted over measured for each pair recorded (1.0: exact)."""
+    pairs = 1 + max(int("".join(c for c in name.split("_")[0] if c.isdigit()) or 0)
+                    for name in runs)
     out: dict[str, list[float]] = {}
 
     def add(name: str, value: float) -> None:

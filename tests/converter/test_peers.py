@@ -133,3 +133,42 @@ def test_cli_whatif_and_stats_over_the_run(dlrm):
     assert rows[-1]["run"]["straggler"]["rank"] is not None
     text = runner.invoke(cli, ["stats", str(dlrm)]).output
     assert "waiting for peers" in text and "straggler: rank" in text
+
+
+def test_ranks_of_one_clock_get_no_offset(dlrm):
+    """The same 5 ms shift, but the ranks say they share one clock (one machine): no rank is
+    moved (the shift is then rank 3 starting late, as a straggler would), and the note about
+    ends not lining up, which blames clocks, is not made."""
+    ranks, _ = _run(dlrm)
+    shifted = [run_peers.Rank(r.rank, r.path, r.nodes, r.attrs, r.times if r.rank != 3 else {
+        nid: (None if s is None else s + 5000.0, d) for nid, (s, d) in r.times.items()},
+        host="node0", clock="boot-1") for r in ranks]
+    found = run_peers.analyse(shifted)
+    assert found.offsets_us == {} and not any("clock" in n for n in found.notes), found.notes
+    # Two machines of four ranks each: one offset per machine, never per rank.
+    split = [run_peers.Rank(r.rank, r.path, r.nodes, r.attrs, r.times if r.rank < 4 else {
+        nid: (None if s is None else s + 5000.0, d) for nid, (s, d) in r.times.items()},
+        clock=f"boot-{r.rank // 4}") for r in ranks]
+    moved = run_peers.analyse(split)
+    assert len(set(moved.offsets_us[r] for r in range(4))) == 1
+    assert len(set(moved.offsets_us[r] for r in range(4, 8))) == 1
+    assert moved.offsets_us[4] - moved.offsets_us[0] == pytest.approx(5000, abs=50)
+    assert any("share one" in n for n in moved.notes), moved.notes
+
+
+def test_comm_from_another_world_size_is_refused(dlrm, corpus, tmp_path):
+    two = tmp_path / "two"
+    convert_paths([corpus / DLRM / "worker1_step_12.1694128201556.pt.trace.json.gz",
+                   corpus / DLRM / "dlrm_eg_1.json.gz"], two, progress=False,
+                  warn=lambda _: None)
+    ranks, groups, world = run_peers.read_run(sorted(dlrm.glob("*.et")))
+    with pytest.raises(ValueError, match="a run of 9 rank"):
+        whatif.comm_from_problems(ranks, groups, world, ranks, groups, 9, "other")
+    with pytest.raises(ValueError, match="process groups"):
+        whatif.comm_from_problems(ranks, groups, world, ranks, {**groups, "7": [0, 1]}, world,
+                                  "other")
+    assert whatif.comm_from_problems(ranks, groups, world, ranks, groups, world, "x") == []
+    slower = [run_peers.Rank(r.rank, r.path, r.nodes, r.attrs, {
+        nid: (s, d * 1.5) for nid, (s, d) in r.times.items()}) for r in ranks]
+    said = whatif.comm_from_problems(ranks, groups, world, slower, groups, world, "other")
+    assert len(said) == 1 and "+50.0%" in said[0], said
