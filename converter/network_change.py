@@ -92,6 +92,7 @@ class RunNetwork:
     fitted_to: dict[int, int]
     samples: dict[Key, tuple[int, fitting.Sample]]
     hosts: int
+    unsplit: tuple[int, ...] = ()  # dimensions whose latency and bandwidth the fit could not tell apart
 
     def factors(self, change: NetworkChange) -> tuple[dict[Key, float], list[str]]:
         """Per communication node, its transfer's factor under ``change``, and notes."""
@@ -99,6 +100,12 @@ class RunNetwork:
         new = {dim: change.apply(dim, link) for dim, link in self.links.items()}
         unknown = sorted(d for d in (*change.bandwidth, *change.latency)
                          if d is not None and d not in self.links)
+        if change.bandwidth or change.links is not None:
+            for dim in self.unsplit:
+                notes.append(f"dimension {dim}: larger transfers were not slower in this "
+                             "recording, so it does not tell latency from bandwidth; bandwidth "
+                             "was given all but 500 ns of latency, and a bandwidth change moves "
+                             "these transfers as far as it could")
         if unknown:
             notes.append(f"dimension {unknown[0]} ({DIMENSION_NAMES[unknown[0]]}) carried "
                          "none of the recorded transfers: changing it moves nothing")
@@ -185,14 +192,17 @@ def fit_run(ranks: Sequence[Rank], peers: Peers, groups: Mapping[str, Sequence[i
                                         len(members) or world, transfer[key] * 1000)
             across = split_hosts and len({host_of.get(m) for m in members}) > 1
             samples[key] = (ACROSS if across else WITHIN, sample)
-    links, fitted_to = {}, {}
+    links, fitted_to, unsplit = {}, {}, []
     for dim in (WITHIN, ACROSS):
         mine = [s for d, s in samples.values() if d == dim]
         if mine or (dim == WITHIN and not samples):
             fitted = fitting.fit(mine)
             links[dim] = Link(fitted.bandwidth_gbps, fitted.latency_ns)
             fitted_to[dim] = fitted.collectives
-    return RunNetwork(links, fitted_to, samples, len(hosts) if split_hosts else 1)
+            if fitted.collectives and not fitted.split:
+                unsplit.append(dim)
+    return RunNetwork(links, fitted_to, samples, len(hosts) if split_hosts else 1,
+                      tuple(unsplit))
 
 
 def _value(attr: object) -> object:

@@ -48,6 +48,7 @@ def test_the_default_group_and_its_gloo_threads_end_with_destroy(tmp_path):
     assert (tmp_path / "capture" / "manifest.json").exists()
 
 
+@pytest.mark.extended  # repeats: the thread check above is the deterministic one
 @pytest.mark.parametrize("run", range(6))
 def test_traced_jobs_exit_0(tmp_path, run):
     """Repeated, every other run with a 1 s switch interval (the race's amplifier): an abort

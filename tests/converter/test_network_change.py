@@ -125,3 +125,18 @@ def test_dlrm_fit_is_the_astra_sim_targets(dlrm):
     refused = runner.invoke(cli, ["whatif", str(full), "--network", str(wrong)])
     assert refused.exit_code == 1 and "8 NPUs in all" in refused.output
     assert len(refused.output.strip().splitlines()) == 1
+
+
+def test_a_recording_that_cannot_tell_latency_from_bandwidth_says_so():
+    """Transfers no slower for being larger: the fit gives bandwidth all but 500 ns (so that a
+    bandwidth change still moves them), and a bandwidth what-if says it could not tell."""
+    samples = [fitting.Sample(CommType.ALL_REDUCE, s, 4, 1e6) for s in (2**20, 2**22, 2**24)]
+    assert not fitting.fit(samples).split
+    assert fitting.fit([fitting.Sample(CommType.ALL_REDUCE, s, 4, 1e3 + s / 10)
+                        for s in (2**20, 2**22, 2**24)]).split
+    run = nets.RunNetwork({0: nets.Link(1.0, 500.0)}, {0: 3},
+                          {(0, 0): (0, samples[0])}, 1, (0,))
+    _, notes = run.factors(nets.NetworkChange({None: 2.0}))
+    assert any("does not tell latency from bandwidth" in n for n in notes), notes
+    _, quiet = run.factors(nets.NetworkChange(latency={None: ("x", 2.0)}))
+    assert not any("does not tell" in n for n in quiet)

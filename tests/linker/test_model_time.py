@@ -89,6 +89,7 @@ def _compute_us(nodes) -> float:
     return total
 
 
+@pytest.mark.extended  # changes the program; tests/cluster changes the network itself
 @pytest.mark.parametrize("a, b", [(4, 48), (48, 4)])
 def test_one_runs_et_predicts_the_others_span(volume_pair, a, b):
     """Run A's ETs with each collective taking the time it took in run B predict B's measured

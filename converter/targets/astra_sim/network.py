@@ -88,6 +88,7 @@ class Network:
     collectives: int  # how many were fitted
     measured_ns: float  # their measured total
     modelled_ns: float  # what the fitted network gives them
+    split: bool = True  # latency and bandwidth told apart by the fit (else bandwidth takes all)
 
     def yaml(self, npus: int) -> str:
         return (f"# fitted by chakra-hooks to {self.collectives} measured collectives "
@@ -147,7 +148,8 @@ def fit(samples: Iterable[Sample]) -> Network:
              if s.size > 0 and coefficients(s.comm_type, s.npus)}
     if len(sizes) < 3 and x_inv > 0 and _relative_error(rows, x_lat, x_inv) > MAX_SPLIT_ERROR:
         x_lat, x_inv = 0.0, 0.0  # two sizes, too noisy for a split: see MAX_SPLIT_ERROR
-    if x_inv <= 0:
+    split = x_inv > 0
+    if not split:
         # Larger collectives were not slower (waits for peers dominate): bandwidth alone takes
         # what a 500 ns link latency leaves, so that a bandwidth what-if still moves them.
         x_lat = min(DEFAULT_NS, 0.5 * measured / lat_total)
@@ -155,7 +157,7 @@ def fit(samples: Iterable[Sample]) -> Network:
     else:
         scale = measured / (x_lat * lat_total + x_inv * byte_total)  # totals agree exactly
         x_lat, x_inv = x_lat * scale, x_inv * scale
-    return Network(1 / x_inv, x_lat, len(rows), measured, measured)
+    return Network(1 / x_inv, x_lat, len(rows), measured, measured, split)
 
 
 def _relative_error(rows: list[tuple[float, float, float]], x_lat: float, x_inv: float) -> float:
