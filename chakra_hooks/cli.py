@@ -298,10 +298,8 @@ def whatif(files: tuple[str, ...], comm: tuple[str, ...], compute: str | None,
         elsewhere, notes = None, []
         if comm_from is not None:
             theirs = run_peers.read_run(list(_et_files((comm_from,))))
-            their_peers = run_peers.analyse(*theirs)
-            notes += model.comm_from_problems(ranks, groups, world, theirs[0], theirs[1],
-                                              theirs[2], comm_from)
-            elsewhere = model.run_comm_times(theirs[0], their_peers)
+            notes += model.comm_from_problems(ranks, groups, world, *theirs, comm_from)
+            elsewhere = model.run_comm_times(theirs[0], run_peers.analyse(*theirs))
         if chosen is not None and not chosen & {r.rank for r in ranks}:
             _fail(f"--ranks {only}: none of these ranks is among the ETs given "
                   f"({', '.join(str(r.rank) for r in ranks)})")

@@ -92,7 +92,7 @@ class RunNetwork:
     fitted_to: dict[int, int]
     samples: dict[Key, tuple[int, fitting.Sample]]
     hosts: int
-    unsplit: tuple[int, ...] = ()  # dimensions whose latency and bandwidth the fit could not tell apart
+    unsplit: tuple[int, ...] = ()  # dimensions whose fit could not tell latency from bandwidth
 
     def factors(self, change: NetworkChange) -> tuple[dict[Key, float], list[str]]:
         """Per communication node, its transfer's factor under ``change``, and notes."""
@@ -100,8 +100,8 @@ class RunNetwork:
         new = {dim: change.apply(dim, link) for dim, link in self.links.items()}
         unknown = sorted(d for d in (*change.bandwidth, *change.latency)
                          if d is not None and d not in self.links)
-        if change.bandwidth or change.links is not None:
-            for dim in self.unsplit:
+        for dim in self.unsplit:
+            if change.links is not None or None in change.bandwidth or dim in change.bandwidth:
                 notes.append(f"dimension {dim}: larger transfers were not slower in this "
                              "recording, so it does not tell latency from bandwidth; bandwidth "
                              "was given all but 500 ns of latency, and a bandwidth change moves "
@@ -117,8 +117,11 @@ class RunNetwork:
         for key, (dim, sample) in self.samples.items():
             old = self.links[dim]
             link = new[dim]
-            if dim == ACROSS and WITHIN in new and new[WITHIN].bandwidth_gbps < link.bandwidth_gbps:
-                link = Link(new[WITHIN].bandwidth_gbps, link.latency_ns)  # the ring's slowest link
+            if (dim == ACROSS and WITHIN in new and WITHIN not in self.unsplit
+                    and new[WITHIN].bandwidth_gbps < link.bandwidth_gbps):
+                # The ring's slowest link, where the recording told dimension 0's bandwidth
+                # apart (a fit that gave it all the time says nothing of its links' rate).
+                link = Link(new[WITHIN].bandwidth_gbps, link.latency_ns)
                 bounded += 1
             before = fitting.modelled_ns(sample, old.bandwidth_gbps, old.latency_ns)
             after = fitting.modelled_ns(sample, link.bandwidth_gbps, link.latency_ns)

@@ -406,8 +406,8 @@ def read_run(paths: Sequence) -> tuple[list[Rank], dict[str, list[int]], int]:
         rank = int(meta["rank"]) if isinstance(meta.get("rank"), int) else _rank_in_name(
             path, position)
         world = max(world, int(meta["world_size"]) if isinstance(meta.get("world_size"), int) else 0)
-        ranks.append(Rank(rank, str(path), et.nodes, host=_host_of(meta)[0],
-                          clock=_host_of(meta)[1]))
+        host, clock = _host_of(meta)
+        ranks.append(Rank(rank, str(path), et.nodes, host=host, clock=clock))
     if len({r.rank for r in ranks}) < len(ranks):
         # One ET under several names (a one-rank --target astra-sim run, written as NPUs 0
         # and 1): the names say which NPU each is.

@@ -140,3 +140,14 @@ def test_a_recording_that_cannot_tell_latency_from_bandwidth_says_so():
     assert any("does not tell latency from bandwidth" in n for n in notes), notes
     _, quiet = run.factors(nets.NetworkChange(latency={None: ("x", 2.0)}))
     assert not any("does not tell" in n for n in quiet)
+
+
+def test_no_bound_from_a_dimension_whose_bandwidth_was_not_told_apart():
+    """Dimension 0 fitted to one size only (its time all given to bandwidth) says nothing of
+    its links' rate: it does not bound dimension 1 made faster."""
+    links = {nets.WITHIN: nets.Link(2.0, 500.0), nets.ACROSS: nets.Link(1.0, 0.0)}
+    across = (nets.ACROSS, fitting.Sample(CommType.ALL_REDUCE, 1 << 30, 4, 0.0))
+    run = nets.RunNetwork(links, {0: 1, 1: 1}, {(1, 1): across}, 2, (nets.WITHIN,))
+    got, notes = run.factors(nets.NetworkChange({nets.ACROSS: 10.0}))
+    assert got[(1, 1)] == pytest.approx(0.1, rel=0.01)
+    assert not any("bounded" in n or "does not tell" in n for n in notes), notes
