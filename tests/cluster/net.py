@@ -36,16 +36,16 @@ PORT = 29500
 
 
 class Unavailable(RuntimeError):
-    """Namespaces cannot be made here (not root, or no ``ip``, ``tc`` or ``unshare``)."""
+    """Namespaces cannot be made here (not root, or a tool missing: ``unavailable``)."""
 
 
 def unavailable() -> str | None:
     """Why the cluster cannot be made on this machine, or None."""
     if os.geteuid() != 0:
         return "network namespaces need root (CI runs as root)"
-    for tool in ("ip", "tc", "unshare"):
+    for tool in ("ip", "tc", "unshare", "sysctl", "hostname"):
         if shutil.which(tool) is None:
-            return f"{tool} is not installed (iproute2 / util-linux)"
+            return f"{tool} is not installed (iproute2, util-linux, procps, hostname)"
     probe = f"{PREFIX}probe-{os.getpid()}"
     made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
     if made.returncode != 0:
