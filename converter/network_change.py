@@ -29,8 +29,7 @@ from pathlib import Path
 
 from chakra_hooks.common.errors import TraceFormatError
 
-from .attrs import value_of
-from .peers import ALL_RANKS, Key, Peers, Rank
+from .peers import Key, Peers, Rank, attr_value, members_of
 from .schema import COMM_COLL, COMM_SEND
 from .targets.astra_sim import network as fitting
 
@@ -147,13 +146,6 @@ class RunNetwork:
         return lines
 
 
-def members_of(group: str, groups: Mapping[str, Sequence[int]], world: int) -> list[int]:
-    """The ranks of a process group (``pg_name``): comm_group.json's, else the whole run."""
-    if group in groups:
-        return list(groups[group])
-    return list(range(world)) if group in ALL_RANKS else []
-
-
 def fit_run(ranks: Sequence[Rank], peers: Peers, groups: Mapping[str, Sequence[int]],
             world: int) -> RunNetwork:
     """``RunNetwork`` for a run's ranks (decoded ETs) and what peers.analyse found."""
@@ -169,9 +161,9 @@ def fit_run(ranks: Sequence[Rank], peers: Peers, groups: Mapping[str, Sequence[i
     by_rank = {r.rank: r for r in ranks}
     largest: dict[Key, int] = {}
     for column in peers.columns:
-        sizes = [by_rank[rank].attrs[nid].get("comm_size") for rank, nid in column]
-        if len(column) > 1 and all(v is not None for v in sizes):
-            top = max(int(_value(v)) for v in sizes)
+        attrs = [by_rank[rank].attrs[nid] for rank, nid in column]
+        if len(column) > 1 and all("comm_size" in a for a in attrs):
+            top = max(int(attr_value(a, "comm_size")) for a in attrs)
             largest.update(dict.fromkeys(column, top))
     samples: dict[Key, tuple[int, fitting.Sample]] = {}
     for r in ranks:
@@ -184,14 +176,14 @@ def fit_run(ranks: Sequence[Rank], peers: Peers, groups: Mapping[str, Sequence[i
             a = r.attrs[node.id]
             if "comm_size" not in a:
                 continue
-            size = largest.get(key) or int(_value(a["comm_size"]))
+            size = largest.get(key) or int(attr_value(a, "comm_size"))
             if node.type == COMM_SEND:
                 members = [r.rank, receiver.get(key, r.rank)]
                 sample = fitting.Sample(fitting.POINT_TO_POINT, size, 2, transfer[key] * 1000)
             else:
-                group = str(_value(a["pg_name"])) if "pg_name" in a else ""
-                members = members_of(group, groups, world)
-                sample = fitting.Sample(int(_value(a["comm_type"])), size,
+                group = str(attr_value(a, "pg_name")) if "pg_name" in a else ""
+                members = members_of(group, groups, world) or []
+                sample = fitting.Sample(int(attr_value(a, "comm_type")), size,
                                         len(members) or world, transfer[key] * 1000)
             across = split_hosts and len({host_of.get(m) for m in members}) > 1
             samples[key] = (ACROSS if across else WITHIN, sample)
@@ -206,10 +198,6 @@ def fit_run(ranks: Sequence[Rank], peers: Peers, groups: Mapping[str, Sequence[i
                 unsplit.append(dim)
     return RunNetwork(links, fitted_to, samples, len(hosts) if split_hosts else 1,
                       tuple(unsplit))
-
-
-def _value(attr: object) -> object:
-    return value_of(attr) if hasattr(attr, "WhichOneof") else attr
 
 
 def parse_dimension_values(flag: str, items: Sequence[str], absolute: bool

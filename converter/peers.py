@@ -85,7 +85,7 @@ class Fact:
     type: int
 
 
-def _value(attrs: Mapping[str, object], name: str) -> object:
+def attr_value(attrs: Mapping[str, object], name: str) -> object:
     """An attribute's value, from an ET's AttributeProto or from a worker's plain value."""
     value = attrs[name]
     return value_of(value) if hasattr(value, "WhichOneof") else value
@@ -171,9 +171,17 @@ def _collectives(rank: Rank) -> list[tuple[str, Node]]:
         if node.type != COMM_COLL or rank.times[node.id][0] is None:
             continue
         a = rank.attrs[node.id]
-        found.append((str(_value(a, "pg_name")) if "pg_name" in a else "", node))
+        found.append((str(attr_value(a, "pg_name")) if "pg_name" in a else "", node))
     found.sort(key=lambda gn: (rank.times[gn[1].id][0], gn[1].id))
     return found
+
+
+def members_of(group: str, groups: Mapping[str, Sequence[int]], world: int) -> list[int] | None:
+    """The ranks of a process group (``pg_name``): comm_group.json's, the whole run for its
+    default group, else None (not known)."""
+    if group in groups:
+        return list(groups[group])
+    return list(range(world)) if group in ALL_RANKS else None
 
 
 def match(ranks: Sequence[Rank], groups: Mapping[str, Sequence[int]], world: int) -> Peers:
@@ -186,8 +194,7 @@ def match(ranks: Sequence[Rank], groups: Mapping[str, Sequence[int]], world: int
         for group, node in _collectives(r):
             by_group[group].setdefault(r.rank, []).append(node)
     for group, per_rank in by_group.items():
-        members = list(groups[group]) if group in groups else (
-            list(range(world)) if group in ALL_RANKS else None)
+        members = members_of(group, groups, world)
         missing = [m for m in members if m not in present] if members is not None else None
         counts = {rank: len(seq) for rank, seq in per_rank.items()}
         if members is not None and not missing and len(members) == 1:  # a run of one: no peer
@@ -229,8 +236,8 @@ def _match_sends(ranks: Sequence[Rank], peers: Peers) -> None:
             if "comm_src" not in a or "comm_dst" not in a:
                 peers.unknown.add((r.rank, node.id))
                 continue
-            key = (int(_value(a, "comm_src")), int(_value(a, "comm_dst")),
-                   int(_value(a, "comm_tag")) if "comm_tag" in a else 0)
+            key = (int(attr_value(a, "comm_src")), int(attr_value(a, "comm_dst")),
+                   int(attr_value(a, "comm_tag")) if "comm_tag" in a else 0)
             sides[key][node.type].append((r.times[node.id][0], node.id, r.rank))
     for (src, dst, _), by_type in sides.items():
         sends, recvs = sorted(by_type.get(COMM_SEND, ())), sorted(by_type.get(COMM_RECV, ()))
@@ -253,7 +260,7 @@ def clock_offsets(ranks: Sequence[Rank], peers: Peers) -> None:
             continue
         rank0, nid0 = column[0]
         a = by_rank[rank0].attrs[nid0]
-        if "comm_type" in a and int(_value(a, "comm_type")) in SYMMETRIC:
+        if "comm_type" in a and int(attr_value(a, "comm_type")) in SYMMETRIC:
             ends.append({rank: sum(by_rank[rank].times[nid]) for rank, nid in column})
     residuals: dict[str, list[float]] = defaultdict(list)
     for column_ends in ends:

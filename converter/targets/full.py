@@ -64,7 +64,7 @@ def _metadata(results: list) -> dict[int, dict]:
 
 def _world(results: list) -> int:
     """The run's size: the largest ``world_size`` an ET states, else the ranks present."""
-    return max([int((r.summary.get("metadata") or {}).get("world_size") or 0) for r in results]
+    return max([int(meta.get("world_size") or 0) for meta in _metadata(results).values()]
                + [max((r.rank for r in results), default=-1) + 1])
 
 

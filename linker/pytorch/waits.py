@@ -93,7 +93,7 @@ def split_host_ops(linker: PytorchLinker) -> None:
         linker.trace.stats["comm_ends_at_waiter"] = woken_late
 
 
-def add_thread_waits(ops: list[Op], edges: list[Edge]) -> int:
+def add_thread_waits(ops: list[Op], edges: list[Edge]) -> tuple[int, int]:
     """A thread idle for ``THREAD_WAIT_MIN_PS`` or more between two of its ops, while another
     thread or a host-side collective worked, waited for it (the main thread blocked in
     ``backward()`` while autograd's thread ran it, or in a collective's ``wait()``): the op
