@@ -343,6 +343,51 @@ def _parse_ranks(text: str | None) -> set[int] | None:
 
 
 @cli.command()
+@click.argument("folder", type=click.Path(exists=True, file_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(),
+              help="The folder for the new run's ETs (replaced whole).")
+@click.option("--world", type=int, default=None,
+              help="The new run's size: the recorded run's (its ETs say it) completes a run "
+                   "recorded on some of its ranks; a multiple of it grows data parallelism.")
+@click.option("--dp", default=None, metavar="FACTOR",
+              help="Grow data parallelism: '4x' makes four copies of the (completed) run, its "
+                   "whole-run process groups (and --grow's) spanning them.")
+@click.option("--grow", multiple=True, metavar="GROUP",
+              help="A process group (comm_group.json) that grows with --dp / --world, as the "
+                   "whole-run groups do: the data-parallel groups of a run with other "
+                   "dimensions. Repeatable.")
+@click.option("--network", "network_file", type=click.Path(exists=True, dir_okay=False),
+              help="An ASTRA-sim network file for the new run (npus_count multiplying to its "
+                   "size; two dimensions: hosts of npus_count[0] ranks): transfers are modelled "
+                   "on it [default: the network fitted to the recorded run].")
+@click.option("--overwrite", is_flag=True, help="Replace what is in -o.")
+def scale(folder: str, output: str, world: int | None, dp: str | None, grow: tuple[str, ...],
+          network_file: str | None, overwrite: bool) -> None:
+    """Chakra ETs for more ranks than were recorded: a run recorded on some of its ranks made
+    whole (--world), or data parallelism grown (--dp 4x); transfers modelled at the new group
+    sizes, the run replayed with its ranks together and written with the replayed times."""
+    from chakra_hooks.converter import scale as scaling
+    from chakra_hooks.converter.whatif import parse_factor
+
+    out, source = Path(output), Path(folder)
+    if out.resolve() == source.resolve() or source.resolve() in out.resolve().parents:
+        _fail(f"{out}: inside the run it scales; choose a folder outside {source}")
+    if out.exists() and (out.is_file() or any(out.iterdir())) and not overwrite:
+        _fail(f"{out}: holds files already; add --overwrite or choose another folder")
+    try:
+        factor = None
+        if dp is not None:
+            value = parse_factor(dp)
+            if value < 1 or value != int(value):
+                raise ValueError(f"--dp {dp!r}: a whole number of copies, such as 2x or 4x")
+            factor = int(value)
+        done = scaling.scale_run(source, out, world, factor, grow, network_file)
+    except ValueError as exc:
+        _fail(str(exc))
+    click.echo(scaling.render(done, source, out))
+
+
+@cli.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path())
 @click.option("-o", "--output", required=True, type=click.Path(),
               help="The Chrome Trace Event file to write (.json, or .json.gz compressed).")

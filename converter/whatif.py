@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from chakra_hooks.linker.enrich.gaps import GAP_NAME
 
@@ -190,6 +190,7 @@ class Schedule:
     took: dict[int, float]
     waited: dict[int, float]
     notes: list[str]
+    base: list[float] = field(default_factory=list)  # by rank index: its first start
 
     def rank_ends(self, ranks: int) -> list[float]:
         """Each rank's last finish (by rank index), in one pass."""
@@ -276,6 +277,30 @@ def replay_run(ranks: Sequence[run_peers.Rank], change: Change = Change(),
     return RunWhatIf(out, max(ends, default=0.0) - origin, max(ends_before, default=0.0),
                      max(ends_after, default=0.0), len(peers.columns), len(peers.unknown),
                      peers.notes + before.notes + after.notes, before, after, origin)
+
+
+def replay_schedule(ranks: Sequence[run_peers.Rank], peers: run_peers.Peers,
+                    comm_factors: Mapping[run_peers.Key, float] | None = None) -> Schedule:
+    """The run replayed as ``replay_run`` replays it, with the recorded durations and each
+    communication node's transfer (its whole time where it was not matched) times its
+    ``comm_factors`` entry; ``base`` set."""
+    starts = [r.start() - peers.offsets_us.get(r.rank, 0.0) for r in ranks]
+    origin = min(starts, default=0.0)
+    base = [start - origin for start in starts]
+    dur, transfer = {}, {}
+    factors = comm_factors or {}
+    for index, r in enumerate(ranks):
+        for nid, (_, took) in r.times.items():
+            key = index * _STRIDE + nid
+            factor = factors.get((r.rank, nid), 1.0)
+            if (r.rank, nid) in peers.transfer_us:
+                dur[key] = took
+                transfer[key] = peers.transfer_us[(r.rank, nid)] * factor
+            else:
+                dur[key] = took * factor
+    schedule = _schedule(ranks, peers, base, dur, transfer)
+    schedule.base = base
+    return schedule
 
 
 @dataclass

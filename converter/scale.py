@@ -1,0 +1,581 @@
+"""``chakra-hooks scale``: a converted run as Chakra ETs for more ranks than were recorded.
+
+Two things make ranks that were not recorded:
+
+- **Completion** (``--world N`` with N the recorded run's size, which its ETs state): a rank
+  of the run that has no ET (Megatron-Bridge profiles rank 0 only by default) takes the ET of
+  the nearest recorded rank by number (ties: the lower one). Ranks next to each other share
+  the most: a tensor-parallel group, a host. Its process groups are its source's, each seen
+  from the made rank: the same group where the made rank is a member of it, else the group of
+  the same size that holds the made rank and is the source's shifted (``comm_group.json``
+  lists every group of the run, as torch records them), else the source's shifted by the two
+  ranks' distance.
+- **Growth** (``--dp Kx``, or ``--world N`` with N a multiple of the run's size): the
+  (completed) run is copied K times, copy c's rank r becoming rank c * W + r. Groups that
+  span the whole recorded run grow to the whole new one, as do the groups named with
+  ``--grow``; every other group is copied with its copy (tensor- or pipeline-parallel groups
+  keep their size). Data parallelism is outermost in this layout, as in torch's default
+  device mesh; the whole-run groups are the data-parallel ones in a data-parallel run, and
+  ``--grow`` names the data-parallel groups of a run with other dimensions (the traces name
+  groups by number only, so which groups are data parallel is the user's to say).
+
+Made ranks are copies: each keeps its source's compute, and a straggler's copies are
+stragglers too (copy c of a run with one slow rank has one slow rank), so the new run keeps
+the recorded share of slow ranks. Collective sizes stay as recorded (more ranks, the same
+work each).
+
+Transfers at the new size: each communication node's transfer (converter/peers.py) is scaled
+by the fitted network model's time at the new group size over its time at the recorded one
+(converter/network_change.py, the formulas of converter/targets/astra_sim/network.py), on the
+network fitted to the (completed) recorded run, or on ``--network FILE.yml``'s (an ASTRA-sim
+network file; with two dimensions, ranks n // npus_count[0] share a host). The new run is
+then replayed with its ranks together (converter/whatif.py) and written with the replayed
+times, so ``stats``, ``whatif`` and ``timeline`` read it like any conversion; each made rank's
+metadata names the rank it was made from (``made_from_rank``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from chakra_hooks.common.errors import TraceFormatError
+
+from . import etio
+from . import network_change as nets
+from . import peers as run_peers
+from .attrs import attr_dict, make_attr, value_of
+from .schema import COMM_COLL, COMM_RECV, COMM_SEND
+from .stats import span_us
+from .targets.astra_sim import network as fitting
+
+MADE_ATTR = "made_from_rank"
+SCALED_ATTR = "scaled_from_world_size"
+
+
+@dataclass
+class Plan:
+    """Which recorded rank each new rank is made from, and the new run's process groups."""
+
+    recorded_world: int
+    world: int
+    recorded: list[int]
+    source: dict[int, int] = field(default_factory=dict)  # new rank -> recorded rank
+    group_of: dict[int, dict[str, str]] = field(default_factory=dict)  # rank -> pg -> new pg
+    groups: dict[str, list[int]] = field(default_factory=dict)  # the new comm_group.json
+    grown: list[str] = field(default_factory=list)  # recorded groups that grew
+    shift: dict[int, int] = field(default_factory=dict)  # new rank -> its peers' shift
+
+    @property
+    def made(self) -> list[int]:
+        return [n for n, r in self.source.items() if n != r]
+
+    def peer(self, rank: int, recorded_peer: int) -> int | None:
+        """A send's or receive's peer as seen from new rank ``rank`` (None: outside the run)."""
+        inside = recorded_peer + self.shift[rank]  # its place within the rank's copy
+        copy_base = (rank // self.recorded_world) * self.recorded_world
+        return copy_base + inside if 0 <= inside < self.recorded_world else None
+
+
+def make_plan(recorded: Sequence[int], recorded_world: int, groups: Mapping[str, Sequence[int]],
+              world: int, grow: Sequence[str] = ()) -> Plan:
+    """``Plan`` for a run recorded on ``recorded`` of ``recorded_world`` ranks, made ``world``
+    ranks (module docstring). ValueError where that cannot be done."""
+    W = recorded_world
+    if world < W or world % W:
+        raise ValueError(f"--world {world}: the run has {W} ranks; a larger run is a whole "
+                         f"number of copies of it (a multiple of {W})")
+    known = {name: sorted(int(m) for m in members) for name, members in groups.items()}
+    for name in grow:
+        if name not in known:
+            raise ValueError(f"--grow {name!r}: no such process group in comm_group.json "
+                             f"(groups: {', '.join(sorted(known, key=_group_order)) or 'none'})")
+    whole = list(range(W))
+    growing = {name for name, members in known.items() if members == whole} | set(grow)
+    plan = Plan(W, world, sorted(recorded), grown=sorted(growing, key=_group_order))
+    by_members = {tuple(m): name for name, m in known.items()}
+    names = [int(k) for k in known if k.isdigit()]
+    next_name = [max(names, default=0) + 1]
+
+    def name_for(members: list[int]) -> str:
+        key = tuple(members)
+        if key not in by_members:
+            by_members[key] = str(next_name[0])
+            next_name[0] += 1
+        return by_members[key]
+
+    # Within the recorded run: each rank's view of each of its source's groups.
+    within: dict[int, dict[str, list[int] | None]] = {}
+    for p in range(W):
+        r = min(plan.recorded, key=lambda q: (abs(q - p), q))
+        plan.source[p], plan.shift[p] = r, p - r
+        view: dict[str, list[int] | None] = {}
+        for name, members in known.items():
+            if r not in members:
+                continue
+            if name in growing or p in members:
+                view[name] = members
+            else:
+                view[name] = _shifted_group(members, p, r, known.values(), W)
+        within[p] = view
+    new_groups: dict[str, list[int]] = {}
+    copies = world // W
+    for n in range(world):
+        c, p = divmod(n, W)
+        if n >= W:
+            plan.source[n], plan.shift[n] = plan.source[p], plan.shift[p]
+        mine = plan.group_of[n] = {}
+        for name, members in within[p].items():
+            if members is None:
+                continue
+            if name in growing:
+                grown = sorted({m + k * W for m in known[name] for k in range(copies)})
+                mine[name] = name
+                new_groups[name] = grown
+            else:
+                moved = [m + c * W for m in members]
+                new_name = mine[name] = name_for(moved)
+                new_groups[new_name] = moved
+    for name in ("", "0"):  # the whole run when comm_group.json does not list it
+        if name not in known:
+            for n in range(world):
+                plan.group_of[n][name] = name
+    plan.groups = dict(sorted(new_groups.items(), key=lambda kv: _group_order(kv[0])))
+    return plan
+
+
+def _group_order(name: str) -> tuple[int, int | str]:
+    return (0, int(name)) if name.isdigit() else (1, name)
+
+
+def _shifted_group(members: list[int], p: int, r: int, known, W: int) -> list[int] | None:
+    """Rank ``p``'s counterpart of group ``members`` of rank ``r`` (module docstring)."""
+    size = len(members)
+    for other in known:
+        other = sorted(other)
+        if len(other) == size and p in other and p not in members:
+            delta = other[0] - members[0]
+            if all(a + delta == b for a, b in zip(members, other)):
+                return other
+    moved = [m + p - r for m in members]
+    return moved if all(0 <= m < W for m in moved) else None
+
+
+@dataclass
+class Scaled:
+    """What ``scale_run`` wrote and found."""
+
+    plan: Plan
+    files: list[Path]
+    recorded_span_us: float
+    replayed_us: float  # the recorded (completed) run replayed
+    predicted_us: float  # the new run replayed
+    network: str  # where the network came from
+    notes: list[str]
+
+
+def scale_run(folder: Path, out: Path, world: int | None = None, dp: int | None = None,
+              grow: Sequence[str] = (), network_file: str | None = None,
+              note: Callable[[str], None] = lambda _: None) -> Scaled:
+    """Write ``folder``'s conversion scaled (module docstring) to ``out`` (replaced whole)."""
+    ets = sorted((p for p in folder.iterdir() if p.name.endswith((".et", ".et.gz"))),
+                 key=lambda p: (etio.name_and_rank(p)[0], etio.name_and_rank(p)[1] or 0))
+    if not ets:
+        raise TraceFormatError(folder, "folder", "a conversion's output (chakra.<rank>.et "
+                               "files): `chakra-hooks convert` writes one")
+    recorded: dict[int, tuple[Path, object]] = {}
+    recorded_world = 0
+    for path in ets:
+        et = etio.read_et(path)
+        meta = {a.name: value_of(a) for a in et.metadata.attr}
+        rank = meta.get("rank")
+        if not isinstance(rank, int):
+            rank = etio.name_and_rank(path)[1]
+        if rank is None:
+            raise TraceFormatError(path, "metadata", "the rank (metadata 'rank' or a name "
+                                   "<prefix>.<rank>.et)")
+        if isinstance(meta.get(MADE_ATTR), int):
+            raise TraceFormatError(path, "metadata", f"a recorded rank; rank {rank} was made by "
+                                   f"scale from rank {meta[MADE_ATTR]}: scale the recorded run")
+        if rank in recorded:  # one ET under two names (a one-rank astra-sim conversion)
+            continue
+        recorded[rank] = (path, et)
+        if isinstance(meta.get("world_size"), int):
+            recorded_world = max(recorded_world, meta["world_size"])
+    recorded_world = max(recorded_world, max(recorded) + 1)
+    groups = run_peers.read_groups(folder)
+    if world is not None and dp is not None:
+        raise ValueError("--world and --dp both give the new run's size: give one")
+    new_world = world if world is not None else recorded_world * (dp or 1)
+    plan = make_plan(list(recorded), recorded_world, groups, new_world, grow)
+    notes: list[str] = []
+    unplaced = sorted({(p, name) for p in range(recorded_world) for name, members in
+                       groups.items() if plan.source[p] in members
+                       and plan.group_of.get(p, {}).get(name) is None})
+    if unplaced:
+        p, name = unplaced[0]
+        raise ValueError(f"rank {p}: made from rank {plan.source[p]}, which is in process group "
+                         f"{name!r} {groups[name]}; no group of the run places rank {p} the "
+                         "same way (comm_group.json lists the run's groups)")
+
+    # The recorded ranks as the run tools read them (nodes, attributes, times).
+    base_ranks = {rank: run_peers.Rank(rank, str(path), et.nodes,
+                                       host=_meta_str(et, "host"), clock=_meta_str(et, "host_clock"))
+                  for rank, (path, et) in recorded.items()}
+    completed = [_made_rank(base_ranks, plan, n) for n in range(recorded_world)]
+    completed_peers = run_peers.analyse(completed, _groups_before(plan, groups), recorded_world)
+    fitted = nets.fit_run(completed, completed_peers, _groups_before(plan, groups),
+                          recorded_world)
+    ranks = completed + [_made_rank(base_ranks, plan, n) for n in range(recorded_world,
+                                                                           new_world)]
+    links, source, per_host = _new_links(fitted, network_file, new_world)
+    hosts = _hosts(ranks, plan, per_host)
+    for r in ranks:
+        r.host = hosts.get(r.rank, r.host)
+    peers = run_peers.analyse(ranks, plan.groups, new_world)
+    factors = _factors(ranks, plan, fitted, links, hosts, notes)
+    from . import whatif
+
+    before = whatif.replay_schedule(completed, completed_peers)
+    after = whatif.replay_schedule(ranks, peers, factors)
+    recorded_span = max(span_us(r.times) for r in base_ranks.values())
+    notes += [n for n in peers.notes if "keep their recorded time" not in n] + after.notes
+    files = _write(out, folder, recorded, plan, ranks, after, peers, links, network_file)
+    return Scaled(plan, files, recorded_span, max(before.rank_ends(len(completed)), default=0.0),
+                  max(after.rank_ends(len(ranks)), default=0.0), source, notes)
+
+
+def _meta_str(et, name: str) -> str | None:
+    for a in et.metadata.attr:
+        if a.name == name:
+            value = value_of(a)
+            return value if isinstance(value, str) and value else None
+    return None
+
+
+def _groups_before(plan: Plan, groups: Mapping[str, Sequence[int]]) -> dict[str, list[int]]:
+    """The recorded run's groups with those the completed ranks see added."""
+    out = {k: list(v) for k, v in groups.items()}
+    for n in range(plan.recorded_world):
+        for name, new in plan.group_of[n].items():
+            if new not in out and new in plan.groups and max(plan.groups[new]) < plan.recorded_world:
+                out[new] = plan.groups[new]
+    return out
+
+
+def _made_rank(recorded: Mapping[int, run_peers.Rank], plan: Plan, n: int) -> run_peers.Rank:
+    """New rank ``n`` as the run tools read it: its source's nodes and times, its own groups
+    and peers (attributes of its communication nodes, as plain values)."""
+    src = recorded[plan.source[n]]
+    attrs = dict(src.attrs)
+    mapping = plan.group_of[n]
+    for node in src.nodes:
+        if node.type not in (COMM_COLL, COMM_SEND, COMM_RECV):
+            continue
+        a = dict(attrs[node.id])
+        if "pg_name" in a:
+            name = str(run_peers.attr_value(a, "pg_name"))
+            a["pg_name"] = mapping.get(name, name)
+        for key in ("comm_src", "comm_dst"):
+            if key in a:
+                peer = plan.peer(n, int(run_peers.attr_value(a, key)))
+                a[key] = -1 if peer is None else peer
+        attrs[node.id] = a
+    return run_peers.Rank(n, src.path, src.nodes, attrs, src.times, src.host, src.clock)
+
+
+def _new_links(fitted: nets.RunNetwork, network_file: str | None, world: int
+               ) -> tuple[dict[int, nets.Link], str, int | None]:
+    """The new run's links per dimension, where they come from, and (a network file of two
+    dimensions) how many ranks a host has."""
+    if network_file is None:
+        return dict(fitted.links), "fitted to the recorded run's transfers", None
+    import yaml
+
+    given = nets.read_network_file(network_file, world)
+    npus = yaml.safe_load(Path(network_file).read_text())["npus_count"]
+    return ({dim: link for dim, link in enumerate(given)},
+            f"given in {network_file}, not measured", int(npus[0]) if len(npus) > 1 else None)
+
+
+def _hosts(ranks: Sequence[run_peers.Rank], plan: Plan, per_host: int | None
+           ) -> dict[int, str]:
+    """Each new rank's host where the layout says: with a network file of two dimensions,
+    hosts of npus_count[0] ranks in rank order; else the copies of a recorded run that spans
+    hosts on hosts of their own."""
+    if per_host:
+        return {r.rank: f"host{r.rank // per_host}" for r in ranks}
+    recorded_hosts = {r.host for r in ranks[:plan.recorded_world]}
+    if len(recorded_hosts) > 1 and None not in recorded_hosts:
+        W = plan.recorded_world
+        return {r.rank: r.host if r.rank < W else f"{r.host}+{r.rank // W}" for r in ranks}
+    return {}
+
+
+def _factors(ranks: Sequence[run_peers.Rank], plan: Plan, fitted: nets.RunNetwork,
+             links: Mapping[int, nets.Link], hosts: Mapping[int, str], notes: list[str]
+             ) -> dict[run_peers.Key, float]:
+    """Per communication node of the new run, its transfer's factor: the model at the new group
+    size on the new network over the model at the recorded size on the fitted one."""
+    W = plan.recorded_world
+    out: dict[run_peers.Key, float] = {}
+    missing: set[int] = set()
+    host_of = {r.rank: hosts.get(r.rank, r.host) for r in ranks}
+    for r in ranks:
+        p = r.rank % W
+        for node in r.nodes:
+            found = fitted.samples.get((p, node.id))
+            if found is None:
+                continue
+            dim, old = found
+            a = r.attrs[node.id]
+            if node.type == COMM_SEND:
+                members = [r.rank, int(run_peers.attr_value(a, "comm_dst"))]
+                npus = 2
+            else:
+                group = str(run_peers.attr_value(a, "pg_name")) if "pg_name" in a else ""
+                members = run_peers.members_of(group, plan.groups, plan.world) or [r.rank]
+                npus = len(members)
+            spans = len({host_of.get(m) for m in members}) > 1
+            new_dim = nets.ACROSS if spans and nets.ACROSS in links else nets.WITHIN
+            link = links.get(new_dim)
+            if link is None:
+                missing.add(new_dim)
+                link = links[dim]
+            before = fitting.modelled_ns(old, fitted.links[dim].bandwidth_gbps,
+                                         fitted.links[dim].latency_ns)
+            new = fitting.Sample(old.comm_type, old.size, npus, old.measured_ns)
+            after = fitting.modelled_ns(new, link.bandwidth_gbps, link.latency_ns)
+            if before > 0:
+                out[(r.rank, node.id)] = after / before
+    for dim in sorted(missing):
+        notes.append(f"dimension {dim} ({nets.DIMENSION_NAMES[dim]}) carried none of the "
+                     "recorded transfers; its collectives took the recorded dimension's link "
+                     "(give --network FILE.yml to say what it is)")
+    return out
+
+
+def _write(out: Path, folder: Path, recorded: Mapping, plan: Plan,
+           ranks: Sequence[run_peers.Rank], schedule, peers: run_peers.Peers,
+           links: Mapping[int, nets.Link], network_file: str | None) -> list[Path]:
+    """The new run's ETs with the replayed times, comm_group.json and, where the conversion
+    had them (--target astra-sim), ASTRA-sim's network, system and memory files."""
+    staging = out.with_name(f".{out.name}.scaling")
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True)
+    files = []
+    try:
+        first_path = next(iter(recorded.values()))[0]
+        prefix = etio.name_and_rank(first_path)[0]
+        compressed = first_path.name.endswith(".gz")
+        per_rank = schedule.per_rank(len(ranks))
+        base = schedule.base
+        for index, r in enumerate(ranks):
+            _, et = recorded[plan.source[r.rank]]
+            name = f"{prefix}.{r.rank}.et" + (".gz" if compressed else "")
+            etio.write_et(staging / name, _metadata(et.metadata, plan, r),
+                          _retimed(r, per_rank[index], base[index], peers, plan),
+                          compress=compressed)
+            files.append(out / name)
+        if plan.groups:
+            etio.atomic_write(staging / run_peers.GROUPS_FILE,
+                              [orjson.dumps(plan.groups, option=orjson.OPT_INDENT_2)])
+            files.append(out / run_peers.GROUPS_FILE)
+        if (folder / fitting.NETWORK_FILE).exists() or network_file:
+            _write_astra_files(staging, folder, plan, links, network_file)
+            files += [out / name for name in (fitting.NETWORK_FILE, fitting.SYSTEM_FILE,
+                                              fitting.MEMORY_FILE)]
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return files
+
+
+def _metadata(metadata, plan: Plan, r: run_peers.Rank):
+    from .schema import GlobalMetadata
+
+    meta = GlobalMetadata()
+    meta.CopyFrom(metadata)
+    keep = [a for a in meta.attr if a.name not in ("rank", "world_size", "host", MADE_ATTR,
+                                                      SCALED_ATTR)]
+    del meta.attr[:]
+    meta.attr.extend(keep)
+    meta.attr.extend([make_attr("rank", r.rank), make_attr("world_size", plan.world)])
+    if r.host is not None:
+        meta.attr.append(make_attr("host", r.host))
+    if plan.source[r.rank] != r.rank:
+        meta.attr.append(make_attr(MADE_ATTR, plan.source[r.rank]))
+    if plan.world != plan.recorded_world or plan.made:
+        meta.attr.append(make_attr(SCALED_ATTR, plan.recorded_world))
+    return meta
+
+
+_TIMES = (("start_ns", "duration_ns", 1000), ("start_ps", "duration_ps", 1_000_000))
+
+
+def _retimed(r: run_peers.Rank, replayed: Mapping[int, tuple[float, float, float]],
+             base_us: float, peers: run_peers.Peers, plan: Plan):
+    """The rank's nodes (copies) with the replayed start, duration and wait for peers, and its
+    own groups and peers."""
+    from .schema import Node
+
+    first = _first_start(r)
+    for node in r.nodes:
+        copy = Node()
+        copy.CopyFrom(node)
+        attrs = attr_dict(copy)
+        mine = r.attrs[node.id]
+        for key in ("pg_name", "comm_src", "comm_dst"):
+            if key in attrs and not hasattr(mine[key], "WhichOneof"):
+                _set(copy, key, mine[key])
+        timed = replayed.get(node.id)
+        if timed is not None and r.times[node.id][0] is not None:
+            finish, took, waited = timed
+            start_us = finish - took - base_us  # from the rank's first start
+            unit = next(((s, d, k) for s, d, k in _TIMES if s in attrs), None)
+            if unit is None:
+                start = first[0] + round(start_us)
+                copy.start_time_micros = start
+                copy.duration_micros = round(took)
+            else:
+                s, d, per_us = unit
+                start = first[1] + round(start_us * per_us)
+                _set(copy, s, start)
+                if d in attrs:
+                    _set(copy, d, round(took * per_us))
+                copy.start_time_micros = (start + per_us // 2) // per_us
+                copy.duration_micros = (round(took * per_us) + per_us // 2) // per_us
+            key = (r.rank, node.id)
+            if key in peers.wait_us:
+                _drop(copy, run_peers.UNKNOWN_ATTR)
+                _set(copy, run_peers.WAIT_ATTR, round(waited * 1000))
+            elif key in peers.unknown:
+                _drop(copy, run_peers.WAIT_ATTR)
+                _set(copy, run_peers.UNKNOWN_ATTR, True)
+        yield copy
+
+
+def _first_start(r: run_peers.Rank) -> tuple[int, int]:
+    """The rank's first start: (micros, in the finest unit its nodes carry)."""
+    micros = fine = None
+    for node in r.nodes:
+        start, _ = r.times[node.id]
+        if start is None:
+            continue
+        a = r.attrs[node.id]
+        for s, _, _ in _TIMES:
+            if s in a:
+                value = int(run_peers.attr_value(a, s))
+                fine = value if fine is None else min(fine, value)
+                break
+        if node.start_time_micros:
+            micros = node.start_time_micros if micros is None else min(micros,
+                                                                        node.start_time_micros)
+    return micros or 0, fine if fine is not None else (micros or 0)
+
+
+def _set(node, name: str, value) -> None:
+    for attr in node.attr:
+        if attr.name == name:
+            attr.CopyFrom(make_attr(name, value))
+            return
+    node.attr.append(make_attr(name, value))
+
+
+def _drop(node, name: str) -> None:
+    keep = [a for a in node.attr if a.name != name]
+    if len(keep) != len(node.attr):
+        del node.attr[:]
+        node.attr.extend(keep)
+
+
+def _write_astra_files(staging: Path, folder: Path, plan: Plan, links: Mapping[int, nets.Link],
+                       network_file: str | None) -> None:
+    import yaml
+
+    dims = len(links)
+    if network_file is not None:
+        text = Path(network_file).read_text()
+    else:  # the conversion's own fit (one dimension), for the new number of NPUs
+        where = folder / fitting.NETWORK_FILE
+        doc = yaml.safe_load(where.read_text())
+        if not isinstance(doc, dict) or len(doc.get("npus_count") or ()) != 1:
+            raise TraceFormatError(where, "npus_count", "one dimension, as convert writes it; "
+                                   "for a network of your own, give it with --network")
+        dims = 1
+        text = (f"# fitted by chakra-hooks to the recorded run of {plan.recorded_world} rank(s), "
+                f"for {plan.world} NPUs (chakra-hooks scale); see {fitting.SYSTEM_FILE}\n"
+                f"topology: [ {doc['topology'][0]} ]\nnpus_count: [ {plan.world} ]\n"
+                f"bandwidth: [ {doc['bandwidth'][0]:.6g} ]  # GB/s\n"
+                f"latency: [ {doc['latency'][0]:.6g} ]  # ns\n")
+    (staging / fitting.NETWORK_FILE).write_text(text)
+    system = dict(fitting.SYSTEM)
+    if (folder / fitting.SYSTEM_FILE).exists():
+        system = orjson.loads((folder / fitting.SYSTEM_FILE).read_bytes())
+    for key, value in list(system.items()):
+        if key.endswith("-implementation") and isinstance(value, list) and value:
+            system[key] = [value[0]] * dims
+    (staging / fitting.SYSTEM_FILE).write_bytes(orjson.dumps(system, option=orjson.OPT_INDENT_2))
+    (staging / fitting.MEMORY_FILE).write_bytes(orjson.dumps(fitting.MEMORY))
+
+
+def render(done: Scaled, folder: Path, out: Path) -> str:
+    """What ``scale`` prints: where each rank came from, the groups that grew, the network, the
+    spans, notes, and the commands to run next (absolute paths: they work from any folder)."""
+    plan = done.plan
+    made = plan.made
+    lines = [f"{plan.world} rank(s) from a run of {plan.recorded_world} recorded on "
+             f"{_ranges(plan.recorded)}; made: "
+             + (", ".join(f"{_ranges(sorted(n for n in made if plan.source[n] == r))} from "
+                          f"rank {r}" for r in sorted({plan.source[n] for n in made}))
+                if made else "none")]
+    if plan.world > plan.recorded_world:
+        lines.append("process groups grown across the copies: " + (
+            ", ".join(repr(g) for g in plan.grown) if plan.grown else "the whole run's")
+            + "; the others copied with their copy")
+    lines.append(f"network: {done.network}")
+    lines.append(f"recorded span {done.recorded_span_us / 1e3:,.3f} ms, replayed "
+                 f"{done.replayed_us / 1e3:,.3f} ms; the new run replays in "
+                 f"{done.predicted_us / 1e3:,.3f} ms ({_change(done)})")
+    lines += [f"  note: {n}" for n in done.notes]
+    here = out.resolve()
+    lines.append(f"wrote {len(done.files)} file(s) to {out}")
+    prefix = etio.name_and_rank(done.files[0])[0] if done.files else "chakra"
+    network = here / fitting.NETWORK_FILE
+    astra = ""
+    if network.exists():
+        astra = (f" | ASTRA-sim: --workload-configuration {here}/{prefix} --network-configuration "
+                 f"{network} --system-configuration {here / fitting.SYSTEM_FILE} "
+                 f"--remote-memory-configuration {here / fitting.MEMORY_FILE}"
+                 + (f" --comm-group-configuration {here / run_peers.GROUPS_FILE}"
+                    if (here / run_peers.GROUPS_FILE).exists() else ""))
+    lines.append(f"next: chakra-hooks stats {here} | chakra-hooks whatif {here} --bandwidth 2x"
+                 + astra)
+    return "\n".join(lines)
+
+
+def _change(done: Scaled) -> str:
+    if not done.replayed_us:
+        return "nothing replayed"
+    return f"{done.predicted_us / done.replayed_us - 1:+.1%} against the recorded run's replay"
+
+
+def _ranges(ranks: Sequence[int]) -> str:
+    """[0, 1, 2, 5] -> 'ranks 0-2, 5'."""
+    parts, start = [], None
+    for i, r in enumerate(ranks):
+        if start is None:
+            start = r
+        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
+            parts.append(f"{start}" if start == r else f"{start}-{r}")
+            start = None
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(parts)
