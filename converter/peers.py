@@ -60,6 +60,7 @@ class Rank:
     times: dict[int, tuple[float | None, float]] = field(default_factory=dict)
     host: str | None = None  # the machine it ran on, where the recording says (ET metadata)
     clock: str | None = None  # its machine's clock (``host_clock``): one clock, one value
+    made_from: int | None = None  # not recorded: made by ``scale`` from this rank's ET
 
     def __post_init__(self) -> None:
         if not self.attrs:
@@ -363,7 +364,26 @@ def analyse(ranks: Sequence[Rank], groups: Mapping[str, Sequence[int]] | None = 
     peers = match(ranks, dict(groups or {}), world or ranks_at_least(ranks))
     clock_offsets(ranks, peers)
     split(ranks, peers)
+    made = sorted((r.rank, r.made_from) for r in ranks if r.made_from is not None)
+    if made:
+        sources = sorted({source for _, source in made})
+        peers.notes.append(f"{len(made)} of {len(ranks)} ranks were not recorded but made by "
+                           f"chakra-hooks scale (ranks {listed([m for m, _ in made])}), copies "
+                           f"of recorded rank(s) {listed(sources)} with transfers modelled for "
+                           "their groups; every rank's times are the replay's of the scaled "
+                           "run, not measurements")
     return peers
+
+
+def listed(ranks: Sequence[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    parts, start = [], None
+    for i, r in enumerate(ranks):
+        start = r if start is None else start
+        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
+            parts.append(f"{start}" if start == r else f"{start}-{r}")
+            start = None
+    return ", ".join(parts)
 
 
 GROUPS_FILE = "comm_group.json"
@@ -414,7 +434,9 @@ def read_run(paths: Sequence) -> tuple[list[Rank], dict[str, list[int]], int]:
             path, position)
         world = max(world, int(meta["world_size"]) if isinstance(meta.get("world_size"), int) else 0)
         host, clock = _host_of(meta)
-        ranks.append(Rank(rank, str(path), et.nodes, host=host, clock=clock))
+        made = meta.get("made_from_rank")
+        ranks.append(Rank(rank, str(path), et.nodes, host=host, clock=clock,
+                          made_from=made if isinstance(made, int) else None))
     if len({r.rank for r in ranks}) < len(ranks):
         # One ET under several names (a one-rank --target astra-sim run, written as NPUs 0
         # and 1): the names say which NPU each is.

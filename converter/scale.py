@@ -177,6 +177,7 @@ class Scaled:
     predicted_us: float  # the new run replayed
     network: str  # where the network came from
     notes: list[str]
+    compute_us: dict[int, float] = field(default_factory=dict)  # per recorded rank
 
 
 def scale_run(folder: Path, out: Path, world: int | None = None, dp: int | None = None,
@@ -247,7 +248,8 @@ def scale_run(folder: Path, out: Path, world: int | None = None, dp: int | None 
     notes += [n for n in peers.notes if "keep their recorded time" not in n] + after.notes
     files = _write(out, folder, recorded, plan, ranks, after, peers, links, network_file)
     return Scaled(plan, files, recorded_span, max(before.rank_ends(len(completed)), default=0.0),
-                  max(after.rank_ends(len(ranks)), default=0.0), source, notes)
+                  max(after.rank_ends(len(ranks)), default=0.0), source, notes,
+                  {rank: whatif.compute_us(r) for rank, r in sorted(base_ranks.items())})
 
 
 def _meta_str(et, name: str) -> str | None:
@@ -429,6 +431,7 @@ def _retimed(r: run_peers.Rank, replayed: Mapping[int, tuple[float, float, float
     from .schema import Node
 
     first = _first_start(r)
+    offset_us = peers.offsets_us.get(r.rank, 0.0)
     for node in r.nodes:
         copy = Node()
         copy.CopyFrom(node)
@@ -440,7 +443,9 @@ def _retimed(r: run_peers.Rank, replayed: Mapping[int, tuple[float, float, float
         timed = replayed.get(node.id)
         if timed is not None and r.times[node.id][0] is not None:
             finish, took, waited = timed
-            start_us = finish - took - base_us  # from the rank's first start
+            # From the rank's first start, then on the run's one time base (the clock offset
+            # the matching found taken out: the new run's ranks need none).
+            start_us = finish - took - base_us - offset_us
             unit = next(((s, d, k) for s, d, k in _TIMES if s in attrs), None)
             if unit is None:
                 start = first[0] + round(start_us)
@@ -542,6 +547,8 @@ def render(done: Scaled, folder: Path, out: Path) -> str:
         lines.append("process groups grown across the copies: " + (
             ", ".join(repr(g) for g in plan.grown) if plan.grown else "the whole run's")
             + "; the others copied with their copy")
+    if made:
+        lines.append("made ranks are copies: each computes as its source did; " + _spread(done))
     lines.append(f"network: {done.network}")
     lines.append(f"recorded span {done.recorded_span_us / 1e3:,.3f} ms, replayed "
                  f"{done.replayed_us / 1e3:,.3f} ms; the new run replays in "
@@ -563,6 +570,18 @@ def render(done: Scaled, folder: Path, out: Path) -> str:
     return "\n".join(lines)
 
 
+def _spread(done: Scaled) -> str:
+    """How far the recorded ranks' compute spread: what the copies stand for."""
+    compute = done.compute_us
+    if len(compute) < 2:
+        return ("one rank recorded: how far the others' compute spread is not known (ranks "
+                "that shard their work, such as embedding tables, differ)")
+    low, high = min(compute, key=compute.get), max(compute, key=compute.get)
+    middle = sorted(compute.values())[(len(compute) - 1) // 2]
+    return (f"the recorded ranks' compute spread from {compute[low] / 1e3:,.3f} ms (rank {low}) "
+            f"to {compute[high] / 1e3:,.3f} ms (rank {high}), median {middle / 1e3:,.3f}")
+
+
 def _change(done: Scaled) -> str:
     if not done.replayed_us:
         return "nothing replayed"
@@ -571,11 +590,4 @@ def _change(done: Scaled) -> str:
 
 def _ranges(ranks: Sequence[int]) -> str:
     """[0, 1, 2, 5] -> 'ranks 0-2, 5'."""
-    parts, start = [], None
-    for i, r in enumerate(ranks):
-        if start is None:
-            start = r
-        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
-            parts.append(f"{start}" if start == r else f"{start}-{r}")
-            start = None
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(parts)
+    return ("rank " if len(ranks) == 1 else "ranks ") + run_peers.listed(ranks)

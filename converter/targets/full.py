@@ -46,7 +46,7 @@ def annotate_peers(staging: str, results: list, groups: dict[int, list[int]], op
         return
     found, additions = peers.annotate_facts({r.rank: r.comm_facts for r in results},
                                             {str(k): v for k, v in groups.items()},
-                                            _world(results), _metadata(results))
+                                            world_size(results), _metadata(results))
     for message in found.notes:
         note(message)
     tasks = [(f"{staging}/{r.files[0]}", f"{staging}/{r.files[1]}" if options.write_json else None,
@@ -62,7 +62,7 @@ def _metadata(results: list) -> dict[int, dict]:
     return {r.rank: r.summary.get("metadata") or {} for r in results}
 
 
-def _world(results: list) -> int:
+def world_size(results: list) -> int:
     """The run's size: the largest ``world_size`` an ET states, else the ranks present."""
     return max([int(meta.get("world_size") or 0) for meta in _metadata(results).values()]
                + [max((r.rank for r in results), default=-1) + 1])
@@ -78,7 +78,7 @@ def peer_waits(results: list, groups: dict[int, list[int]], nodes: dict, note: C
 
     found = peers.analyse(peers.ranks_from_facts({r.rank: r.comm_facts for r in results},
                                                  _metadata(results)),
-                          {str(k): v for k, v in groups.items()}, _world(results))
+                          {str(k): v for k, v in groups.items()}, world_size(results))
     peers.annotate_nodes(nodes, found)
     for message in found.notes:
         note(message)

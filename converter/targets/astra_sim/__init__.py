@@ -28,7 +28,7 @@ from chakra_hooks.converter.schema import COMM_TYPE_NAMES, NODE_TYPE_NAMES
 from chakra_hooks.linker.enrich.gaps import GAP_NAME, add_gaps, add_window_anchor
 from chakra_hooks.linker.model import CommType, LinkedTrace, Op, OpKind
 
-from ..full import peer_waits
+from ..full import peer_waits, world_size
 from ..run_files import rewrite_run
 from . import network
 
@@ -137,7 +137,7 @@ def finish_run(staging: str, results: list, groups: dict[int, list[int]], option
     new_groups = run_rules.harmonize(nodes, groups, note)
     transfer = run_rules.one_at_a_time(nodes, found.transfer_us)
     run_rules.align_windows(nodes, note)
-    _write_network(staging, nodes, new_groups, len(results), transfer)
+    _write_network(staging, nodes, new_groups, len(results), transfer, world_size(results))
     rewrite_run(staging, results, nodes, options, runner)
     if len(results) == 1:
         _two_npus(staging, results[0], options, note)
@@ -165,12 +165,15 @@ def _two_npus(staging: str, result, options, note: Callable[[str], None]) -> Non
 
 
 def _write_network(staging: str, nodes: dict[int, list], groups: dict[int, list[int]],
-                   ranks: int, transfer: dict[tuple[int, int], float]) -> None:
+                   ranks: int, transfer: dict[tuple[int, int], float], world: int) -> None:
     """ASTRA-sim's network fitted to the run's measured collectives, and the system layer the
     fit assumes (network.py), beside the ETs. Each collective counts for its transfer, the
     time after its last member arrived (converter/peers.py): ASTRA-sim makes every
     member wait for the others itself, and a network fitted to the waits too would count
-    them twice (a DDP run simulated at 1.44x its span)."""
+    them twice (a DDP run simulated at 1.44x its span). A collective of all ranks counts at
+    the run's size (``world``, from the ETs), not at the number of ranks recorded: a run
+    recorded on rank 0 of 4 ran its all-reduces over 4 (fitted over 2, the network came out
+    1.4x too slow for the run made whole by ``scale``)."""
     from chakra_hooks.converter.attrs import attr_dict, value_of
     from chakra_hooks.converter.schema import COMM_COLL, COMM_SEND
     from chakra_hooks.converter.stats import node_times
@@ -193,7 +196,7 @@ def _write_network(staging: str, nodes: dict[int, list], groups: dict[int, list[
                 took = node_times(node, attrs)[1]
             samples.append(network.Sample(
                 int(value_of(attrs["comm_type"])), int(value_of(attrs["comm_size"])),
-                len(members) or npus, took * 1000))
+                len(members) or max(world, npus), took * 1000))
     fitted = network.fit(samples)
     with storage.local_staging(staging) as where:
         Path(where, network.NETWORK_FILE).write_text(fitted.yaml(npus))
