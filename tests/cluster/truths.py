@@ -123,3 +123,89 @@ def ratios(runs: dict[str, Run]) -> dict[str, list[float]]:
             add("straggler made slow", even.predict(whatif.Change(compute=2.0), {STRAGGLER})
                 / slow.span_us())
     return out
+
+
+# ------------------------------------------------------------------ scale: the ranks change
+
+def scale_plan(repeats: int = 3) -> list[Phase]:
+    """The same work per rank at any number of ranks: the gradients all-reduced over every
+    rank each step (``dp``), and DDP's buckets (``ddp``), ``repeats`` of each."""
+    phases = []
+    for i in range(repeats):
+        phases += [Phase(f"dp{i}", GRADIENTS, RATE),
+                   Phase(f"ddp{i}", [MB] * 8, RATE, mode="ddp", forward_ms=10, backward_ms=20)]
+    return phases
+
+
+def tier_scale_plan(repeats: int = 3) -> list[Phase]:
+    """Hosts of 2 ranks (1 Gbit/s within, uplinks at R), the gradients all-reduced over every
+    rank and 256 KB within each host every step, at any number of hosts."""
+    return [Phase(f"tier{i}", GRADIENTS, 1000, uplink_mbit=RATE, host_bytes=256 * KB)
+            for i in range(repeats)]
+
+
+def keep_rank_0(capture: Path, out: Path) -> Path:
+    """A copy of a capture with rank 0's files only, as Megatron-Bridge keeps a run."""
+    import shutil
+
+    out.mkdir(parents=True, exist_ok=True)
+    for path in capture.iterdir():
+        if "rank0" in path.name or path.name in ("rank-0.manifest.json", "manifest.json"):
+            shutil.copy(path, out)
+    return out
+
+
+def scale_ratios(by_world: dict[int, dict[str, Path]], work: Path, base: int,
+                 completed: int | None = None) -> dict[str, list[float]]:
+    """Per scaling, the run of ``base`` ranks scaled (``scale --dp``) to each other recorded
+    size, predicted span over the measured one, phase by phase; with ``completed``, that size's
+    capture kept on rank 0 and made whole (``scale --world``) against its full recording.
+    ``by_world``: ranks -> phase name -> converted folder (its capture beside it)."""
+    from chakra_hooks.convert import convert_paths
+    from chakra_hooks.converter.scale import scale_run
+
+    out: dict[str, list[float]] = {}
+    for world, phases in sorted(by_world.items()):
+        for name, folder in sorted(phases.items()):
+            kind = name.rstrip("0123456789")
+            measured = Run.read(folder).span_us()
+            if world != base:
+                made = scale_run(by_world[base][name], work / f"{name}_{base}to{world}",
+                                 dp=world // base)
+                out.setdefault(f"{kind} {base} -> {world}", []).append(
+                    made.predicted_us / measured)
+            if world == completed:
+                capture = keep_rank_0(folder.with_name(name), work / f"{name}_rank0")
+                converted = work / f"{name}_rank0_et"
+                convert_paths([capture], converted, progress=False, warn=lambda _: None,
+                              overwrite=True)
+                made = scale_run(converted, work / f"{name}_rank0_made", world=world)
+                out.setdefault(f"{kind} rank 0 of {world} made whole", []).append(
+                    made.predicted_us / measured)
+    return out
+
+
+def transfer_growth(small: Run, large: Run, least_bytes: int) -> list[tuple[int, float, float]]:
+    """Per all-reduce size of at least ``least_bytes`` over every rank: (size, its median
+    transfer in ``large`` over that in ``small``, the ring model's ratio on ``small``'s fitted
+    network)."""
+    import statistics
+
+    from chakra_hooks.converter.targets.astra_sim import network as fitting
+
+    def per_size(run: Run) -> tuple[dict[int, float], nets.Link]:
+        fit = nets.fit_run(run.ranks, run.peers, run.groups, run.world)
+        by: dict[int, list[float]] = {}
+        for dim, sample in fit.samples.values():
+            if sample.npus == run.world and sample.size >= least_bytes:
+                by.setdefault(sample.size, []).append(sample.measured_ns)
+        return {k: statistics.median(v) for k, v in by.items()}, fit.links[max(fit.links)]
+
+    before, link = per_size(small)
+    after, _ = per_size(large)
+    out = []
+    for size in sorted(set(before) & set(after)):
+        model = [fitting.modelled_ns(fitting.Sample(0, size, run.world, 0.0), link.bandwidth_gbps,
+                                     link.latency_ns) for run in (large, small)]
+        out.append((size, after[size] / before[size], model[0] / model[1]))
+    return out

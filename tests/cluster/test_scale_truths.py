@@ -1,0 +1,95 @@
+"""Ground truths for ``scale``: the same work per rank recorded on the emulated cluster at 2, 4
+and 8 ranks on one bridge, and at 2 and 4 hosts of 2 ranks; the smaller run's ETs scaled
+(``scale --dp``) predict the larger run's span, and a 4-rank capture kept on rank 0 alone,
+made whole (``scale --world 4``), predicts the full recording's. Medians over the repeats
+recorded in one launch; benchmarks/bench_cluster.py --scale prints each with ASTRA-sim beside.
+
+At 8 ranks the testbed is not a ring for small collectives: 8 processes on 2 cores hand the
+ring's 14 steps to each other, and an all-reduce takes 28-40 ms whatever its size up to
+256 KB (a 64 KB one 2 ms at 2 ranks). Those runs are held to what the testbed is a ring for
+(all-reduces of 512 KB and more grow as the ring model says) and, loosely, to their span."""
+
+from __future__ import annotations
+
+import os
+import statistics
+
+import pytest
+
+from .net import unavailable
+from .run import record
+from .truths import KB, Run, scale_plan, scale_ratios, tier_scale_plan, transfer_growth
+
+WHY = unavailable()
+if WHY is not None and os.environ.get("CI") == "true":
+    raise RuntimeError(f"the emulated cluster cannot be made in CI: {WHY}")
+pytestmark = [pytest.mark.skipif(WHY is not None, reason=f"no emulated cluster here: {WHY}"),
+              pytest.mark.extended]
+REPEATS = 3
+
+
+@pytest.fixture(scope="module")
+def flat(tmp_path_factory):
+    root = tmp_path_factory.mktemp("scale_flat")
+    return {n: record(root / f"w{n}", n, scale_plan(REPEATS)) for n in (2, 4, 8)}
+
+
+@pytest.fixture(scope="module")
+def flat_ratios(flat, tmp_path_factory):
+    return scale_ratios(flat, tmp_path_factory.mktemp("scaled"), 2, completed=4)
+
+
+@pytest.fixture(scope="module")
+def tiers(tmp_path_factory):
+    root = tmp_path_factory.mktemp("scale_tiers")
+    return {n: record(root / f"w{n}", n, tier_scale_plan(REPEATS), per_host=2) for n in (4, 8)}
+
+
+def _within(found: dict[str, list[float]], name: str, bound: float) -> None:
+    values = found[name]
+    assert len(values) == REPEATS
+    middle = statistics.median(values)
+    assert abs(middle - 1) <= bound, (f"{name}: predicted / measured {middle:.3f} (each: "
+                                      f"{', '.join(f'{v:.3f}' for v in values)}), bound {bound}")
+
+
+@pytest.mark.parametrize("kind", ["dp", "ddp"])
+def test_two_ranks_scaled_to_four(flat_ratios, kind):
+    """2 -> 4 ranks, data parallel and DDP (quiet: 0.96 and 0.97; one repeat of dp drifts to
+    0.92 or 1.02)."""
+    _within(flat_ratios, f"{kind} 2 -> 4", 0.10)
+
+
+@pytest.mark.parametrize("kind", ["dp", "ddp"])
+def test_rank_0_made_whole(flat_ratios, kind):
+    """A 4-rank capture kept on rank 0 (as Megatron-Bridge keeps one), converted and completed
+    to 4 ranks: within 5 % of the full recording (0.990-1.000 here)."""
+    _within(flat_ratios, f"{kind} rank 0 of 4 made whole", 0.05)
+
+
+def test_ddp_scaled_to_eight(flat_ratios):
+    """DDP's 1 MB buckets: 2 -> 8 ranks (0.97)."""
+    _within(flat_ratios, "ddp 2 -> 8", 0.10)
+
+
+@pytest.mark.parametrize("small, large, per_host", [(2, 8, None), (4, 8, 2)])
+def test_large_collectives_grow_as_the_ring_model_says(flat, tiers, small, large, per_host):
+    """What the testbed is a ring for at 8 ranks (all-reduces of 512 KB and more): their
+    transfer grows from the small run to the large one as the model scale uses says (on one
+    bridge x1.68-1.98 against x1.75; over 2 -> 4 hosts x1.12-1.25 against x1.17)."""
+    runs = flat if per_host is None else tiers
+    name = "dp0" if per_host is None else "tier0"
+    for i in range(REPEATS):
+        name = f"{name[:-1]}{i}"
+        growth = transfer_growth(Run.read(runs[small][name]), Run.read(runs[large][name]),
+                                 512 * KB)
+        assert len(growth) == 3
+        for size, measured, model in growth:
+            assert measured == pytest.approx(model, rel=0.15), (name, size, measured, model)
+
+
+def test_spans_at_eight_ranks(flat_ratios, tiers, tmp_path):
+    """Data parallel 2 -> 8 on one bridge and 2 -> 4 hosts: the spans come out short by the
+    small all-reduces' floor above (0.83 and 0.89 here), and no further."""
+    _within(flat_ratios, "dp 2 -> 8", 0.25)
+    _within(scale_ratios(tiers, tmp_path, 4), "tier 4 -> 8", 0.20)
