@@ -539,10 +539,7 @@ def render(done: Scaled, folder: Path, out: Path) -> str:
     plan = done.plan
     made = plan.made
     lines = [f"{plan.world} rank(s) from a run of {plan.recorded_world} recorded on "
-             f"{_ranges(plan.recorded)}; made: "
-             + (", ".join(f"{_ranges(sorted(n for n in made if plan.source[n] == r))} from "
-                          f"rank {r}" for r in sorted({plan.source[n] for n in made}))
-                if made else "none")]
+             f"{_ranges(plan.recorded)}; made: {_made(plan)}"]
     if plan.world > plan.recorded_world:
         lines.append("process groups grown across the copies: " + (
             ", ".join(repr(g) for g in plan.grown) if plan.grown else "the whole run's")
@@ -568,6 +565,21 @@ def render(done: Scaled, folder: Path, out: Path) -> str:
     lines.append(f"next: chakra-hooks stats {here} | chakra-hooks whatif {here} --bandwidth 2x"
                  + astra)
     return "\n".join(lines)
+
+
+def _made(plan: Plan) -> str:
+    """Which ranks were made from which: per source, or for copies of a whole recorded run in
+    one phrase."""
+    made = plan.made
+    if not made:
+        return "none"
+    W = plan.recorded_world
+    if plan.recorded == list(range(W)):
+        return f"{_ranges(made)}, copies of the recorded run (rank n from rank n mod {W})"
+    by_source = [f"{_ranges(sorted(n for n in made if plan.source[n] == r))} from rank {r}"
+                 for r in sorted({plan.source[n] for n in made})]
+    return ", ".join(by_source[:8]) + (f", ... ({len(by_source)} recorded ranks in all)"
+                                       if len(by_source) > 8 else "")
 
 
 def _spread(done: Scaled) -> str:

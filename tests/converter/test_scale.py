@@ -249,3 +249,35 @@ def test_collectives_keep_type_size_and_order(dlrm, tmp_path):
         assert sequence(et) == sequence(before[rank % 8])
     groups = run_peers.read_groups(tmp_path / "x2")
     assert not run_rules.check_run({r: et.nodes for r, et in after.items()}, groups)
+
+
+def test_megatron_bridge_layout_converts_and_completes(tmp_path):
+    """A folder written the way Megatron-Bridge's profiling writes one (rank 0 of 2 gloo ranks:
+    chakra/rank-0.json.gz, torch_profile/rank-0.json.gz) converts (Kineto's distributedInfo
+    gives the run's size) and completes to both ranks, ready for ASTRA-sim, which ends where
+    the recorded rank's span does."""
+    import socket
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    job = Path(__file__).with_name("megatron_bridge_job.py")
+    run = subprocess.run([sys.executable, str(job), str(tmp_path / "run"), port],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert sorted(p.relative_to(tmp_path / "run").as_posix()
+                  for p in (tmp_path / "run").rglob("*") if p.is_file()) == [
+        "chakra/rank-0.json.gz", "torch_profile/rank-0.json.gz"]
+    converted = tmp_path / "et"
+    result = convert_paths([tmp_path / "run"], converted, target="astra-sim", progress=False,
+                           warn=lambda _: None)
+    assert [r.rank for r in result.ranks] == [0]
+    assert result.ranks[0].stats.get("match_rate", 0) > 0.9  # the ET and Kineto linked
+    done = scaling.scale_run(converted, tmp_path / "whole", world=2)
+    files = _read(tmp_path / "whole")
+    assert sorted(files) == [0, 1] and _meta(files[1])[scaling.MADE_ATTR] == 0
+    assert done.predicted_us == pytest.approx(done.recorded_span_us, rel=0.01)
+    if not os.environ.get("ASTRA_BIN") or not ASTRA_RUN.exists():
+        return
+    assert _astra(tmp_path / "whole", 2) == pytest.approx(done.recorded_span_us, rel=0.02)
