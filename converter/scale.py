@@ -7,9 +7,9 @@ Two things make ranks that were not recorded:
   the nearest recorded rank by number (ties: the lower one). Ranks next to each other share
   the most: a tensor-parallel group, a host. Its process groups are its source's, each seen
   from the made rank: the same group where the made rank is a member of it, else the group of
-  the same size that holds the made rank and is the source's shifted (``comm_group.json``
-  lists every group of the run, as torch records them), else the source's shifted by the two
-  ranks' distance.
+  the run of the same shape that holds it, else the one holding it among the source's group's
+  shifted copies that partition the run (a trace lists only the groups its rank is in;
+  tensor-, pipeline- and data-parallel groups partition the ranks).
 - **Growth** (``--dp Kx``, or ``--world N`` with N a multiple of the run's size): the
   (completed) run is copied K times, copy c's rank r becoming rank c * W + r. Groups that
   span the whole recorded run grow to the whole new one, as do the groups named with
@@ -53,6 +53,7 @@ from .attrs import attr_dict, make_attr, value_of
 from .schema import COMM_COLL, COMM_RECV, COMM_SEND
 from .stats import span_us
 from .targets.astra_sim import network as fitting
+from .targets.astra_sim.run_rules import RECORDED_GROUP
 
 MADE_ATTR = "made_from_rank"
 SCALED_ATTR = "scaled_from_world_size"
@@ -154,7 +155,10 @@ def _group_order(name: str) -> tuple[int, int | str]:
 
 
 def _shifted_group(members: list[int], p: int, r: int, known, W: int) -> list[int] | None:
-    """Rank ``p``'s counterpart of group ``members`` of rank ``r`` (module docstring)."""
+    """Rank ``p``'s counterpart of group ``members`` of rank ``r`` (module docstring): a group
+    of the run of the same shape that holds ``p``, else the one holding ``p`` among the
+    group's shifted copies that partition the run (tensor-, pipeline- and data-parallel groups
+    do: {0, 1} gives {2, 3}, {0, 2} gives {1, 3}), else None."""
     size = len(members)
     for other in known:
         other = sorted(other)
@@ -162,8 +166,17 @@ def _shifted_group(members: list[int], p: int, r: int, known, W: int) -> list[in
             delta = other[0] - members[0]
             if all(a + delta == b for a, b in zip(members, other)):
                 return other
-    moved = [m + p - r for m in members]
-    return moved if all(0 <= m < W for m in moved) else None
+    covered: set[int] = set()
+    for first in range(W):  # the shifted copies of the group that partition the run
+        if first in covered:
+            continue
+        copy = [m + first - members[0] for m in members]
+        if any(m >= W or m in covered for m in copy):
+            return None  # they do not
+        if p in copy:
+            return copy
+        covered.update(copy)
+    return None
 
 
 @dataclass
@@ -212,6 +225,11 @@ def scale_run(folder: Path, out: Path, world: int | None = None, dp: int | None 
     groups = run_peers.read_groups(folder)
     if world is not None and dp is not None:
         raise ValueError("--world and --dp both give the new run's size: give one")
+    # The recorded ranks as the run tools read them (nodes, attributes, times).
+    base_ranks = {rank: run_peers.Rank(rank, str(path), et.nodes,
+                                       host=_meta_str(et, "host"), clock=_meta_str(et, "host_clock"))
+                  for rank, (path, et) in recorded.items()}
+    _restore_groups(base_ranks.values(), groups)
     new_world = world if world is not None else recorded_world * (dp or 1)
     plan = make_plan(list(recorded), recorded_world, groups, new_world, grow)
     notes: list[str] = []
@@ -221,13 +239,8 @@ def scale_run(folder: Path, out: Path, world: int | None = None, dp: int | None 
     if unplaced:
         p, name = unplaced[0]
         raise ValueError(f"rank {p}: made from rank {plan.source[p]}, which is in process group "
-                         f"{name!r} {groups[name]}; no group of the run places rank {p} the "
-                         "same way (comm_group.json lists the run's groups)")
-
-    # The recorded ranks as the run tools read them (nodes, attributes, times).
-    base_ranks = {rank: run_peers.Rank(rank, str(path), et.nodes,
-                                       host=_meta_str(et, "host"), clock=_meta_str(et, "host_clock"))
-                  for rank, (path, et) in recorded.items()}
+                         f"{name!r} {groups[name]}; no group of the run holds rank {p} in its "
+                         "place, and the group's shifted copies do not partition the run")
     completed = [_made_rank(base_ranks, plan, n) for n in range(recorded_world)]
     completed_peers = run_peers.analyse(completed, _groups_before(plan, groups), recorded_world)
     fitted = nets.fit_run(completed, completed_peers, _groups_before(plan, groups),
@@ -250,6 +263,26 @@ def scale_run(folder: Path, out: Path, world: int | None = None, dp: int | None 
     return Scaled(plan, files, recorded_span, max(before.rank_ends(len(completed)), default=0.0),
                   max(after.rank_ends(len(ranks)), default=0.0), source, notes,
                   {rank: whatif.compute_us(r) for rank, r in sorted(base_ranks.items())})
+
+
+def _restore_groups(ranks, groups: dict[str, list[int]]) -> None:
+    """Groups the astra-sim target simulated over all ranks because their members were not all
+    recorded (``pg_ranks_recorded`` on their collectives) given back their members, under a
+    name of their own in ``groups`` (changed in place, as the ranks' attributes are)."""
+    by_members = {tuple(sorted(m)): name for name, m in groups.items()}
+    for r in ranks:
+        for node in r.nodes:
+            if node.type != COMM_COLL:
+                continue
+            a = r.attrs[node.id]
+            if RECORDED_GROUP not in a:
+                continue
+            members = tuple(sorted(int(m) for m in run_peers.attr_value(a, RECORDED_GROUP)))
+            if members not in by_members:
+                name = str(max((int(k) for k in groups if k.isdigit()), default=0) + 1)
+                groups[name] = list(members)
+                by_members[members] = name
+            r.attrs[node.id] = {**a, "pg_name": by_members[members]}
 
 
 def _meta_str(et, name: str) -> str | None:
@@ -438,8 +471,9 @@ def _retimed(r: run_peers.Rank, replayed: Mapping[int, tuple[float, float, float
         attrs = attr_dict(copy)
         mine = r.attrs[node.id]
         for key in ("pg_name", "comm_src", "comm_dst"):
-            if key in attrs and not hasattr(mine[key], "WhichOneof"):
+            if key in mine and not hasattr(mine[key], "WhichOneof"):
                 _set(copy, key, mine[key])
+        _drop(copy, RECORDED_GROUP)  # every rank is in the new run: the group is its own
         timed = replayed.get(node.id)
         if timed is not None and r.times[node.id][0] is not None:
             finish, took, waited = timed

@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -251,19 +252,22 @@ def test_collectives_keep_type_size_and_order(dlrm, tmp_path):
     assert not run_rules.check_run({r: et.nodes for r, et in after.items()}, groups)
 
 
+def _free_port() -> str:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+@pytest.mark.extended  # (a 2-rank torch job: 10 s)
 def test_megatron_bridge_layout_converts_and_completes(tmp_path):
     """A folder written the way Megatron-Bridge's profiling writes one (rank 0 of 2 gloo ranks:
     chakra/rank-0.json.gz, torch_profile/rank-0.json.gz) converts (Kineto's distributedInfo
     gives the run's size) and completes to both ranks, ready for ASTRA-sim, which ends where
     the recorded rank's span does."""
-    import socket
-    import sys
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = str(s.getsockname()[1])
     job = Path(__file__).with_name("megatron_bridge_job.py")
-    run = subprocess.run([sys.executable, str(job), str(tmp_path / "run"), port],
+    run = subprocess.run([sys.executable, str(job), str(tmp_path / "run"), _free_port()],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert sorted(p.relative_to(tmp_path / "run").as_posix()
@@ -281,3 +285,45 @@ def test_megatron_bridge_layout_converts_and_completes(tmp_path):
     if not os.environ.get("ASTRA_BIN") or not ASTRA_RUN.exists():
         return
     assert _astra(tmp_path / "whole", 2) == pytest.approx(done.recorded_span_us, rel=0.02)
+
+
+@pytest.mark.extended  # (a 4-rank torch job: 20 s)
+@pytest.mark.parametrize("target", ["full", "astra-sim"])
+def test_tensor_and_data_parallel_groups_made_whole(tmp_path, target):
+    """4 ranks as tensor parallel 2 x data parallel 2, kept on rank 0 (whose traces name only
+    its own groups, {0, 1} and {0, 2}): completed, each made rank runs its tensor-parallel
+    all-reduces in its own pair ({2, 3} for ranks 2 and 3) and its data-parallel ones in its
+    own ({1, 3} for ranks 1 and 3); with the astra-sim target too, whose conversion had
+    simulated those groups over all ranks (their members kept on the collectives), and the
+    run satisfies ASTRA-sim's cross-rank rules."""
+    job = Path(__file__).with_name("tp_dp_job.py")
+    run = subprocess.run([sys.executable, str(job), str(tmp_path / "run"), _free_port()],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    kept = tmp_path / "rank0"
+    kept.mkdir()
+    for path in (tmp_path / "run").iterdir():
+        if "rank0" in path.name or path.name in ("rank-0.manifest.json", "manifest.json"):
+            shutil.copy(path, kept)
+    converted = tmp_path / "et"
+    convert_paths([kept], converted, target=target, progress=False, warn=lambda _: None)
+    scaling.scale_run(converted, tmp_path / "whole", world=4)
+    groups = run_peers.read_groups(tmp_path / "whole")
+    files = _read(tmp_path / "whole")
+    seen = {}
+    for rank, et in files.items():
+        sizes = Counter()
+        for node in et.nodes:
+            if node.type == COMM_COLL:
+                a = attr_dict(node)
+                members = tuple(groups[value_of(a["pg_name"])])
+                assert rank in members and run_rules.RECORDED_GROUP not in a
+                sizes[members] += 1
+        seen[rank] = sorted(sizes)
+    tensor = {0: (0, 1), 1: (0, 1), 2: (2, 3), 3: (2, 3)}
+    data = {0: (0, 2), 1: (1, 3), 2: (0, 2), 3: (1, 3)}
+    assert seen == {r: sorted([tensor[r], data[r]]) for r in range(4)}
+    if target == "astra-sim":
+        assert not run_rules.check_run({r: et.nodes for r, et in files.items()}, groups)
+        if os.environ.get("ASTRA_BIN") and ASTRA_RUN.exists():
+            assert _astra(tmp_path / "whole", 4) > 0

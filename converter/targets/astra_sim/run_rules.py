@@ -23,6 +23,9 @@ from chakra_hooks.converter.graph import round_us
 from chakra_hooks.converter.schema import (COMM_COLL, COMM_SEND, COMP,
                                            CollectiveCommType, Node)
 ALL_RANKS = ""  # pg_name for the whole run
+# On a collective whose group names ranks with no trace (simulated over all ranks): the
+# group's members as recorded, from which ``scale`` rebuilds the group once it has made them.
+RECORDED_GROUP = "pg_ranks_recorded"
 
 
 @dataclass(slots=True)
@@ -103,14 +106,19 @@ def harmonize(run: dict[int, list[Node]], groups: dict[int, list[int]],
     """Rewrite a run's collectives in place so that ASTRA-sim runs it; returns the new groups.
 
     Groups: the one spanning every rank, and any naming ranks with no file here (ASTRA-sim
-    cannot run those), become "" (all ranks); single-member groups turn their collectives into
+    cannot run those; their members kept as ``pg_ranks_recorded``), become "" (all ranks);
+    single-member groups turn their collectives into
     COMP nodes of the same duration; the rest are renumbered from 1. Sizes: equal across the
     members of a group, the largest, where ranks disagree (uneven all-to-all).
     """
     ranks = sorted(run)
     rename, new_groups = _renumber(groups, ranks, warn)
+    outside = {str(gid): sorted(members) for gid, members in groups.items()
+               if not set(members) <= set(ranks)}
     for nodes in run.values():
         for coll in collectives(nodes):
+            if coll.group in outside:  # kept for `scale`, which makes the missing ranks
+                coll.node.attr.append(make_attr(RECORDED_GROUP, outside[coll.group]))
             _regroup(coll, rename)
     for group, per_rank in _sequences(run, {str(k): v for k, v in new_groups.items()}).items():
         for column in _pair_up(group, per_rank, warn):
