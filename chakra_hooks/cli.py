@@ -171,7 +171,13 @@ def _table(result) -> str:
         lines.append(f"process groups: {result.comm_group}")
     lines.append(f"wrote {len(result.ranks)} rank(s) to {result.outdir}")
     lines.extend(COLUMNS)
-    out = result.outdir
+    from chakra_hooks.storage import is_url
+
+    # Absolute, so that the commands work from any folder (ASTRA-sim's run scripts cd first).
+    out = result.outdir if is_url(result.outdir) else Path(result.outdir).resolve()
+    groups = result.comm_group
+    if groups is not None and not is_url(groups):
+        groups = Path(groups).resolve()
     prefix = result.ranks[0].files[0].split(".")[0] if result.ranks else "chakra"
     network = Path(str(out), "astra_network.yml")
     astra = (f"--workload-configuration {out}/{prefix} --network-configuration {network} "
@@ -182,7 +188,7 @@ def _table(result) -> str:
     lines.append(f"next: chakra-hooks inspect {out} | chakra-hooks stats {out} | chakra-hooks "
                  f"whatif {out} --comm 0.25x | chakra-hooks timeline {out} -o run.json.gz | "
                  f"for ASTRA-sim: {astra}"
-                 + (f" --comm-group-configuration {result.comm_group}" if result.comm_group else ""))
+                 + (f" --comm-group-configuration {groups}" if groups else ""))
     return "\n".join(lines)
 
 
