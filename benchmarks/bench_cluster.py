@@ -37,16 +37,21 @@ ASTRA_RUN = REPO.parent / "shared" / "tools" / "astra-run"
 
 
 def astra_ratio(capture: Path, factor: float, measured_us: float, astra: str,
-                work: Path) -> float | None:
-    """ASTRA-sim's finish with the fitted network's bandwidth(s) times ``factor``, over
-    ``measured_us``."""
+                work: Path, between_hosts_only: bool = False) -> float | None:
+    """ASTRA-sim's finish with the fitted network's bandwidth(s) times ``factor`` (with
+    ``between_hosts_only``, the last dimension's), over ``measured_us``."""
     out = work / f"{capture.name}_astra"
     convert_paths([capture], out, target="astra-sim", progress=False, warn=lambda _: None,
                   overwrite=True)
     network = out / "astra_network.yml"
     text = network.read_text()
-    scaled = re.sub(r"bandwidth: \[ ([^\]]+) \]", lambda m: "bandwidth: [ " + ", ".join(
-        f"{float(v) * factor:.6g}" for v in m.group(1).split(",")) + " ]", text)
+    def scale(found: re.Match) -> str:
+        values = [float(v) for v in found.group(1).split(",")]
+        chosen = range(len(values) - 1, len(values)) if between_hosts_only else range(len(values))
+        return "bandwidth: [ " + ", ".join(f"{v * factor if i in chosen else v:.6g}"
+                                           for i, v in enumerate(values)) + " ]"
+
+    scaled = re.sub(r"bandwidth: \[ ([^\]]+) \]", scale, text)
     changed = work / f"{capture.name}_x{factor:g}.yml"
     changed.write_text(scaled)
     ranks = len(list(out.glob("chakra.*.et")))
@@ -160,7 +165,7 @@ def main() -> None:
                 plan = "tiers" if kind == "tier" else "flat"
                 for src, dst, factor in ((r, r2, 2.0), (r2, r, 0.5)):
                     ratio = astra_ratio(work / plan / src, factor, runs[dst].span_us(),
-                                        args.astra, work)
+                                        args.astra, work, between_hosts_only=kind == "tier")
                     cells.append(f"{src} x{factor:g}: " + (f"{ratio:.3f}" if ratio else "failed"))
             if cells:
                 print(f"ASTRA-sim {kind}: " + "; ".join(cells))

@@ -11,10 +11,14 @@ time on the new network over its time on the fitted one: what the model does not
 
 Dimensions, as ASTRA-sim numbers them: 0, the links within a host; 1, the links between hosts
 (where the recording names each rank's host: ``host`` in the ETs' metadata). A collective whose
-members all share a host is fitted and changed on dimension 0; one that spans hosts on dimension
-1, as a ring over all its members whose slowest link bounds it (gloo's and NCCL's rings cross
-each host's uplink), so that a faster dimension 1 speeds it up until dimension 0 bounds it.
-A run on one host, or with no host recorded, has dimension 0 only.
+members all share a host is fitted and changed on dimension 0. Where the ranks sit on hosts of
+as many ranks each in rank order (as ASTRA-sim lays NPUs out over two dimensions), one that
+spans hosts is modelled as ASTRA-sim runs it over both (network.py, ``modelled_2d_ns``:
+reduce-scatter within the host, all-reduce between hosts on its share, all-gather within, in
+pipelined chunks), dimension 1 fitted through that model with dimension 0 as fitted; other
+layouts take it as a ring over all its members whose slowest link bounds it (gloo's and
+NCCL's rings cross each host's uplink), so that a faster dimension 1 speeds it up until
+dimension 0 bounds it. A run on one host, or with no host recorded, has dimension 0 only.
 
 The fit is the one ``convert --target astra-sim`` writes (the same samples: each collective's
 transfer, collectives that overlapped sharing the time they covered): ``whatif --bandwidth 4x``
@@ -92,13 +96,26 @@ class RunNetwork:
     samples: dict[Key, tuple[int, fitting.Sample]]
     hosts: int
     unsplit: tuple[int, ...] = ()  # dimensions whose fit could not tell latency from bandwidth
+    # Hosts of as many ranks each, in rank order: per collective between hosts, its group's
+    # shape (ranks per host, hosts), modelled as ASTRA-sim runs it over two dimensions.
+    shapes: dict[Key, tuple[int, int]] = field(default_factory=dict)
+
+    def modelled(self, sample: fitting.Sample, dim: int, shape: tuple[int, int] | None,
+                 links: Mapping[int, Link]) -> float:
+        """The model's time (ns) for ``sample`` on ``links``: over two dimensions where it has
+        a shape spanning hosts and both links are there, else on its dimension's link."""
+        if shape is not None and shape[1] > 1 and WITHIN in links and ACROSS in links:
+            return fitting.modelled_2d_ns(sample, shape, tuple(
+                (links[d].bandwidth_gbps, links[d].latency_ns) for d in (WITHIN, ACROSS)))
+        link = links[dim]
+        return fitting.modelled_ns(sample, link.bandwidth_gbps, link.latency_ns)
 
     def factors(self, change: NetworkChange) -> tuple[dict[Key, float], list[str]]:
         """Per communication node, its transfer's factor under ``change``, and notes."""
         notes = []
         new = {dim: change.apply(dim, link) for dim, link in self.links.items()}
         unknown = sorted(d for d in (*change.bandwidth, *change.latency)
-                         if d is not None and d not in self.links)
+                         if d is not None and not self.fitted_to.get(d))
         for dim in self.unsplit:
             if change.links is not None or None in change.bandwidth or dim in change.bandwidth:
                 notes.append(f"dimension {dim}: larger transfers were not slower in this "
@@ -114,6 +131,12 @@ class RunNetwork:
         bounded = 0
         out: dict[Key, float] = {}
         for key, (dim, sample) in self.samples.items():
+            shape = self.shapes.get(key)
+            if shape is not None:  # over two dimensions, as ASTRA-sim runs it
+                before = self.modelled(sample, dim, shape, self.links)
+                if before > 0:
+                    out[key] = self.modelled(sample, dim, shape, new) / before
+                continue
             old = self.links[dim]
             link = new[dim]
             if (dim == ACROSS and WITHIN in new and WITHIN not in self.unsplit
@@ -140,9 +163,17 @@ class RunNetwork:
     def describe(self) -> list[str]:
         lines = []
         for dim, link in sorted(self.links.items()):
+            if not self.fitted_to[dim] and self.shapes:
+                lines.append(f"dimension {dim} ({DIMENSION_NAMES[dim]}): no transfer stayed "
+                             "on it alone, so it was never the bottleneck here (modelled as "
+                             "never one)")
+                continue
             lines.append(f"dimension {dim} ({DIMENSION_NAMES[dim]}): "
                          f"{link.bandwidth_gbps:.6g} GB/s, latency {link.latency_ns:,.0f} ns, "
                          f"fitted to {self.fitted_to[dim]:,} transfer(s)")
+        if self.shapes:
+            lines.append(f"{len(self.shapes):,} transfer(s) between hosts modelled over both "
+                         "dimensions as ASTRA-sim runs them")
         return lines
 
 
@@ -154,6 +185,8 @@ def fit_run(ranks: Sequence[Rank], peers: Peers, groups: Mapping[str, Sequence[i
     host_of = {r.rank: r.host for r in ranks}
     hosts = {h for h in host_of.values() if h is not None}
     split_hosts = len(hosts) > 1 and None not in host_of.values()
+    per_host = fitting.ranks_per_host(host_of) if split_hosts and len(ranks) == world else None
+    shapes: dict[Key, tuple[int, int]] = {}
     transfer = one_at_a_time({r.rank: r.nodes for r in ranks}, peers.transfer_us)
     receiver = {c[0]: c[1][0] for c in peers.columns if len(c) == 2}  # a send's peer
     # Every member of a collective counts it at the largest member's size, as the astra-sim
@@ -187,7 +220,19 @@ def fit_run(ranks: Sequence[Rank], peers: Peers, groups: Mapping[str, Sequence[i
                                         len(members) or world, transfer[key] * 1000)
             across = split_hosts and len({host_of.get(m) for m in members}) > 1
             samples[key] = (ACROSS if across else WITHIN, sample)
+            if across and per_host:
+                shapes[key] = fitting.group_shape(members, per_host) or (1, len(members))
     links, fitted_to, unsplit = {}, {}, []
+    if shapes:  # hosts of as many ranks each: two dimensions, as ASTRA-sim models them
+        inner, outer = fitting.fit_two_dims(
+            [s for key, (d, s) in samples.items() if d == WITHIN],
+            [(s, shapes[key]) for key, (d, s) in samples.items() if d == ACROSS])
+        for dim, fitted in ((WITHIN, inner), (ACROSS, outer)):
+            links[dim] = Link(fitted.bandwidth_gbps, fitted.latency_ns)
+            fitted_to[dim] = fitted.collectives
+            if fitted.collectives and not fitted.split:
+                unsplit.append(dim)
+        return RunNetwork(links, fitted_to, samples, len(hosts), tuple(unsplit), shapes)
     for dim in (WITHIN, ACROSS):
         mine = [s for d, s in samples.values() if d == dim]
         if mine or (dim == WITHIN and not samples):

@@ -251,8 +251,10 @@ def scale_run(folder: Path, out: Path, world: int | None = None, dp: int | None 
     hosts = _hosts(ranks, plan, per_host)
     for r in ranks:
         r.host = hosts.get(r.rank, r.host)
+    if per_host is None and fitted.shapes:  # copies of a run on hosts: as many per host
+        per_host = fitting.ranks_per_host({r.rank: r.host for r in ranks})
     peers = run_peers.analyse(ranks, plan.groups, new_world)
-    factors = _factors(ranks, plan, fitted, links, hosts, notes)
+    factors = _factors(ranks, plan, fitted, links, hosts, per_host, notes)
     from . import whatif
 
     before = whatif.replay_schedule(completed, completed_peers)
@@ -353,8 +355,8 @@ def _hosts(ranks: Sequence[run_peers.Rank], plan: Plan, per_host: int | None
 
 
 def _factors(ranks: Sequence[run_peers.Rank], plan: Plan, fitted: nets.RunNetwork,
-             links: Mapping[int, nets.Link], hosts: Mapping[int, str], notes: list[str]
-             ) -> dict[run_peers.Key, float]:
+             links: Mapping[int, nets.Link], hosts: Mapping[int, str], per_host: int | None,
+             notes: list[str]) -> dict[run_peers.Key, float]:
     """Per communication node of the new run, its transfer's factor: the model at the new group
     size on the new network over the model at the recorded size on the fitted one."""
     W = plan.recorded_world
@@ -378,14 +380,14 @@ def _factors(ranks: Sequence[run_peers.Rank], plan: Plan, fitted: nets.RunNetwor
                 npus = len(members)
             spans = len({host_of.get(m) for m in members}) > 1
             new_dim = nets.ACROSS if spans and nets.ACROSS in links else nets.WITHIN
-            link = links.get(new_dim)
-            if link is None:
+            if new_dim not in links:
                 missing.add(new_dim)
-                link = links[dim]
-            before = fitting.modelled_ns(old, fitted.links[dim].bandwidth_gbps,
-                                         fitted.links[dim].latency_ns)
+            new_links = {d: links.get(d, links[dim]) for d in (nets.WITHIN, nets.ACROSS)}
+            shape = (fitting.group_shape(members, per_host) or (1, len(members))
+                     if spans and per_host else None)
+            before = fitted.modelled(old, dim, fitted.shapes.get((p, node.id)), fitted.links)
             new = fitting.Sample(old.comm_type, old.size, npus, old.measured_ns)
-            after = fitting.modelled_ns(new, link.bandwidth_gbps, link.latency_ns)
+            after = fitted.modelled(new, new_dim, shape, new_links)
             if before > 0:
                 out[(r.rank, node.id)] = after / before
     for dim in sorted(missing):
@@ -547,15 +549,22 @@ def _write_astra_files(staging: Path, folder: Path, plan: Plan, links: Mapping[i
     else:  # the conversion's own fit (one dimension), for the new number of NPUs
         where = folder / fitting.NETWORK_FILE
         doc = yaml.safe_load(where.read_text())
-        if not isinstance(doc, dict) or len(doc.get("npus_count") or ()) != 1:
-            raise TraceFormatError(where, "npus_count", "one dimension, as convert writes it; "
-                                   "for a network of your own, give it with --network")
-        dims = 1
+        counts = doc.get("npus_count") if isinstance(doc, dict) else None
+        if not isinstance(counts, list) or len(counts) not in (1, 2) or (
+                len(counts) == 2 and plan.world % counts[0]):
+            raise TraceFormatError(where, "npus_count", "one dimension, or two with hosts of "
+                                   "npus_count[0] ranks, as convert writes it; for a network of "
+                                   "your own, give it with --network")
+        dims = len(counts)
+        counts = [plan.world] if dims == 1 else [counts[0], plan.world // counts[0]]
+        listed = {key: ", ".join(f"{v:.6g}" if isinstance(v, float) else str(v)
+                                 for v in doc[key]) for key in ("bandwidth", "latency")}
         text = (f"# fitted by chakra-hooks to the recorded run of {plan.recorded_world} rank(s), "
                 f"for {plan.world} NPUs (chakra-hooks scale); see {fitting.SYSTEM_FILE}\n"
-                f"topology: [ {doc['topology'][0]} ]\nnpus_count: [ {plan.world} ]\n"
-                f"bandwidth: [ {doc['bandwidth'][0]:.6g} ]  # GB/s\n"
-                f"latency: [ {doc['latency'][0]:.6g} ]  # ns\n")
+                f"topology: [ {', '.join(doc['topology'])} ]\n"
+                f"npus_count: [ {', '.join(str(c) for c in counts)} ]\n"
+                f"bandwidth: [ {listed['bandwidth']} ]  # GB/s\n"
+                f"latency: [ {listed['latency']} ]  # ns\n")
     (staging / fitting.NETWORK_FILE).write_text(text)
     system = dict(fitting.SYSTEM)
     if (folder / fitting.SYSTEM_FILE).exists():

@@ -46,7 +46,7 @@ def annotate_peers(staging: str, results: list, groups: dict[int, list[int]], op
         return
     found, additions = peers.annotate_facts({r.rank: r.comm_facts for r in results},
                                             {str(k): v for k, v in groups.items()},
-                                            world_size(results), _metadata(results))
+                                            world_size(results), rank_metadata(results))
     for message in found.notes:
         note(message)
     tasks = [(f"{staging}/{r.files[0]}", f"{staging}/{r.files[1]}" if options.write_json else None,
@@ -57,14 +57,14 @@ def annotate_peers(staging: str, results: list, groups: dict[int, list[int]], op
             unknown[peers.UNKNOWN_ATTR] = unknown.get(peers.UNKNOWN_ATTR, 0) + added
 
 
-def _metadata(results: list) -> dict[int, dict]:
+def rank_metadata(results: list) -> dict[int, dict]:
     """Per rank, its ET's metadata (host, host_clock, world_size)."""
     return {r.rank: r.summary.get("metadata") or {} for r in results}
 
 
 def world_size(results: list) -> int:
     """The run's size: the largest ``world_size`` an ET states, else the ranks present."""
-    return max([int(meta.get("world_size") or 0) for meta in _metadata(results).values()]
+    return max([int(meta.get("world_size") or 0) for meta in rank_metadata(results).values()]
                + [max((r.rank for r in results), default=-1) + 1])
 
 
@@ -77,7 +77,7 @@ def peer_waits(results: list, groups: dict[int, list[int]], nodes: dict, note: C
     from chakra_hooks.converter import peers
 
     found = peers.analyse(peers.ranks_from_facts({r.rank: r.comm_facts for r in results},
-                                                 _metadata(results)),
+                                                 rank_metadata(results)),
                           {str(k): v for k, v in groups.items()}, world_size(results))
     peers.annotate_nodes(nodes, found)
     for message in found.notes:

@@ -28,7 +28,7 @@ from chakra_hooks.converter.schema import COMM_TYPE_NAMES, NODE_TYPE_NAMES
 from chakra_hooks.linker.enrich.gaps import GAP_NAME, add_gaps, add_window_anchor
 from chakra_hooks.linker.model import CommType, LinkedTrace, Op, OpKind
 
-from ..full import peer_waits, world_size
+from ..full import peer_waits, rank_metadata, world_size
 from ..run_files import rewrite_run
 from . import network
 
@@ -137,7 +137,10 @@ def finish_run(staging: str, results: list, groups: dict[int, list[int]], option
     new_groups = run_rules.harmonize(nodes, groups, note)
     transfer = run_rules.one_at_a_time(nodes, found.transfer_us)
     run_rules.align_windows(nodes, note)
-    _write_network(staging, nodes, new_groups, len(results), transfer, world_size(results))
+    hosts = {rank: meta.get("host") if isinstance(meta.get("host"), str) else None
+             for rank, meta in rank_metadata(results).items()}
+    _write_network(staging, nodes, new_groups, len(results), transfer, world_size(results),
+                   hosts)
     rewrite_run(staging, results, nodes, options, runner)
     if len(results) == 1:
         _two_npus(staging, results[0], options, note)
@@ -165,7 +168,8 @@ def _two_npus(staging: str, result, options, note: Callable[[str], None]) -> Non
 
 
 def _write_network(staging: str, nodes: dict[int, list], groups: dict[int, list[int]],
-                   ranks: int, transfer: dict[tuple[int, int], float], world: int) -> None:
+                   ranks: int, transfer: dict[tuple[int, int], float], world: int,
+                   hosts: dict[int, str | None]) -> None:
     """ASTRA-sim's network fitted to the run's measured collectives, and the system layer the
     fit assumes (network.py), beside the ETs. Each collective counts for its transfer, the
     time after its last member arrived (converter/peers.py): ASTRA-sim makes every
@@ -173,19 +177,28 @@ def _write_network(staging: str, nodes: dict[int, list], groups: dict[int, list[
     them twice (a DDP run simulated at 1.44x its span). A collective of all ranks counts at
     the run's size (``world``, from the ETs), not at the number of ranks recorded: a run
     recorded on rank 0 of 4 ran its all-reduces over 4 (fitted over 2, the network came out
-    1.4x too slow for the run made whole by ``scale``)."""
+    1.4x too slow for the run made whole by ``scale``). Where the run's ranks sit on hosts of
+    G ranks each in rank order (``host`` in the ETs), the network has two dimensions (G ranks
+    within a host, the hosts between them), each fitted to the collectives on it
+    (network.py, ``fit_two_dims``)."""
     from chakra_hooks.converter.attrs import attr_dict, value_of
     from chakra_hooks.converter.schema import COMM_COLL, COMM_SEND
     from chakra_hooks.converter.stats import node_times
 
     npus = max(ranks, 2)  # the analytical backend needs two NPUs (astra-run replicates one)
+    per_host = network.ranks_per_host(hosts) if ranks == world else None
     samples = []
+    shapes: list[tuple[int, int] | None] = []  # per sample, over two dimensions
     for rank, rank_nodes in nodes.items():
         for node in rank_nodes:
             if node.type == COMM_SEND and (rank, node.id) in transfer:
+                attrs = attr_dict(node)
                 samples.append(network.Sample(
-                    network.POINT_TO_POINT, int(value_of(attr_dict(node)["comm_size"])), 2,
+                    network.POINT_TO_POINT, int(value_of(attrs["comm_size"])), 2,
                     transfer[(rank, node.id)] * 1000))
+                peer = int(value_of(attrs["comm_dst"])) if "comm_dst" in attrs else rank
+                shapes.append(network.group_shape([rank, peer], per_host) or (1, 2)
+                              if per_host else None)
             if node.type != COMM_COLL:
                 continue
             attrs = attr_dict(node)
@@ -197,9 +210,22 @@ def _write_network(staging: str, nodes: dict[int, list], groups: dict[int, list[
             samples.append(network.Sample(
                 int(value_of(attrs["comm_type"])), int(value_of(attrs["comm_size"])),
                 len(members) or max(world, npus), took * 1000))
-    fitted = network.fit(samples)
+            members = list(members) or list(range(ranks))
+            shapes.append(network.group_shape(members, per_host) or (1, len(members))
+                          if per_host else None)
+    system = dict(network.SYSTEM)
+    if per_host:
+        inner, outer = network.fit_two_dims(
+            [s for s, shape in zip(samples, shapes) if shape is None or shape[1] < 2],
+            [(s, shape) for s, shape in zip(samples, shapes) if shape and shape[1] > 1])
+        text = network.two_dims_yaml(inner, outer, per_host, ranks // per_host)
+        for key, value in system.items():
+            if key.endswith("-implementation"):
+                system[key] = value * 2
+    else:
+        text = network.fit(samples).yaml(npus)
     with storage.local_staging(staging) as where:
-        Path(where, network.NETWORK_FILE).write_text(fitted.yaml(npus))
+        Path(where, network.NETWORK_FILE).write_text(text)
         Path(where, network.SYSTEM_FILE).write_bytes(
-            orjson.dumps(network.SYSTEM, option=orjson.OPT_INDENT_2))
+            orjson.dumps(system, option=orjson.OPT_INDENT_2))
         Path(where, network.MEMORY_FILE).write_bytes(orjson.dumps(network.MEMORY))

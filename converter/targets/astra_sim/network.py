@@ -3,7 +3,8 @@
 ASTRA-sim's analytical backend (congestion unaware) times each collective from the links'
 bandwidth and latency, not from the trace. So that a simulation of the run takes as long as
 the run did, ``convert`` writes ``astra_network.yml`` (a ring of the run's NPUs, bandwidth and
-latency fitted here) and ``astra_system.json`` (the system layer the fit assumes: ring
+latency fitted here; where the run's ranks sit on hosts of as many ranks each, two rings, one
+within a host and one between hosts, ``fit_two_dims``) and ``astra_system.json`` (the system layer the fit assumes: ring
 algorithms, 4 dataset splits, one active chunk, local memory 1,600 GB/s); changing the one
 bandwidth or latency number is then a what-if.
 
@@ -33,7 +34,7 @@ slower than the real one (a simulated run still ends where the measured one did)
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from chakra_hooks.linker.model import CommType
@@ -96,6 +97,19 @@ class Network:
                 f"topology: [ Ring ]\nnpus_count: [ {npus} ]\n"
                 f"bandwidth: [ {self.bandwidth_gbps:.6g} ]  # GB/s\n"
                 f"latency: [ {self.latency_ns:.6g} ]  # ns\n")
+
+
+def two_dims_yaml(inner: Network, outer: Network, per_host: int, hosts: int) -> str:
+    """ASTRA-sim's network of ``hosts`` hosts of ``per_host`` NPUs, fitted per dimension."""
+    measured = inner.measured_ns + outer.measured_ns
+    told = "" if inner.collectives else (" (no collective stayed within a host: dimension 0 "
+                                         "was never measured, and never the bottleneck here)")
+    return (f"# fitted by chakra-hooks to {inner.collectives + outer.collectives} measured "
+            f"collectives ({measured / 1e6:,.3f} ms in all): dimension 0 within a host, 1 "
+            f"between hosts{told}; see {SYSTEM_FILE}\n"
+            f"topology: [ Ring, Ring ]\nnpus_count: [ {per_host}, {hosts} ]\n"
+            f"bandwidth: [ {inner.bandwidth_gbps:.6g}, {outer.bandwidth_gbps:.6g} ]  # GB/s\n"
+            f"latency: [ {inner.latency_ns:.6g}, {outer.latency_ns:.6g} ]  # ns\n")
 
 
 def coefficients(comm_type: int, n: int) -> tuple[float, float, float] | None:
@@ -203,3 +217,155 @@ def _least_squares(rows: list[tuple[float, float, float, int]]) -> tuple[float, 
         if x_lat >= 0 and x_inv > 0:
             return x_lat, x_inv
     return 0.0, 0.0
+
+
+# ------------------------------------------------------------------ two dimensions
+# ASTRA-sim's collectives over two dimensions (Ring x Ring; NPU n at place n mod G of host
+# n // G, dimension 0 within a host): each of the 4 chunks goes through phases, one dimension
+# each, and a dimension works on one chunk at a time. Measured on the binary (1 and 16 MiB,
+# 2 x 2, 4 x 2 and 2 x 4 NPUs, 10 / 100 GB/s, 0 / 1,000 ns on either dimension): within 1.7 %
+# for all four types, with
+#   ALL_REDUCE: reduce-scatter within the host, all-reduce between hosts on its 1 / G,
+#               all-gather within the host;
+#   ALL_GATHER: all-gather between hosts, then within the host on H times the part;
+#   REDUCE_SCATTER: reduce-scatter within, then between on its 1 / G;
+#   ALL_TO_ALL: all-to-all within, then between, on the whole chunk each;
+# and the collective takes, over the dimensions, the longest of: the phases before that
+# dimension's first for one chunk, its own phases for all 4, the phases after its last for one.
+# A group with one rank per host runs on dimension 1 alone, one within a host on dimension 0
+# (measured: a group {0, 2} of 2 x 2 NPUs all-reduces at dimension 1's rate).
+CHUNKS = 4
+
+
+def _phase_ns(kind: str, n: int, chunk: float, bandwidth_gbps: float, latency_ns: float
+              ) -> float:
+    """One chunk's phase on a ring of ``n`` (the per-chunk terms of ``coefficients``)."""
+    if n < 2:
+        return 0.0
+    share = (n - 1) / n
+    per_byte = 1 / (bandwidth_gbps * GIB_PER_GB)
+    if kind == "RS":
+        return (n - 1) * latency_ns + chunk * share * per_byte + chunk * 3 * share / LOCAL_MEM_GBPS
+    if kind == "AG":  # ``chunk``: each rank's part
+        return (n - 1) * latency_ns + chunk * (n - 1) * per_byte
+    if kind == "AR":
+        return (2 * (n - 1) * latency_ns + chunk * 2 * share * per_byte
+                + chunk * 3 * share / LOCAL_MEM_GBPS)
+    return n * (n - 1) / 2 * latency_ns + chunk * (n - 1) / 2 * per_byte  # all-to-all
+
+
+def modelled_2d_ns(sample: Sample, shape: tuple[int, int],
+                   links: Sequence[tuple[float, float]]) -> float:
+    """ASTRA-sim's time for ``sample`` over a group of ``shape`` (ranks per host G, hosts H)
+    on two dimensions, ``links`` = ((bandwidth GB/s, latency ns) within, between)."""
+    per_host, hosts = shape
+    if hosts < 2 or per_host < 2:  # one dimension
+        dim = 0 if hosts < 2 else 1
+        one = Sample(sample.comm_type, sample.size, per_host if dim == 0 else hosts,
+                     sample.measured_ns)
+        return modelled_ns(one, *links[dim])
+    (bw0, lat0), (bw1, lat1) = links
+    chunk, kind = sample.size / CHUNKS, sample.comm_type
+    if kind == POINT_TO_POINT:
+        return modelled_ns(sample, bw1, lat1)
+    if kind == CommType.ALL_REDUCE:
+        phases = [(0, _phase_ns("RS", per_host, chunk, bw0, lat0)),
+                  (1, _phase_ns("AR", hosts, chunk / per_host, bw1, lat1)),
+                  (0, _phase_ns("AG", per_host, chunk / per_host, bw0, lat0))]
+    elif kind == CommType.ALL_GATHER:
+        phases = [(1, _phase_ns("AG", hosts, chunk, bw1, lat1)),
+                  (0, _phase_ns("AG", per_host, chunk * hosts, bw0, lat0))]
+    elif kind == CommType.REDUCE_SCATTER:
+        phases = [(0, _phase_ns("RS", per_host, chunk, bw0, lat0)),
+                  (1, _phase_ns("RS", hosts, chunk / per_host, bw1, lat1))]
+    elif kind == CommType.ALL_TO_ALL:
+        phases = [(0, _phase_ns("A2A", per_host, chunk, bw0, lat0)),
+                  (1, _phase_ns("A2A", hosts, chunk, bw1, lat1))]
+    else:
+        return 0.0
+    longest = 0.0
+    for dim in (0, 1):
+        places = [i for i, (d, _) in enumerate(phases) if d == dim]
+        before = sum(t for _, t in phases[:places[0]])
+        after = sum(t for _, t in phases[places[-1] + 1:])
+        longest = max(longest, before + CHUNKS * sum(phases[i][1] for i in places) + after)
+    return longest
+
+
+def fit_two_dims(within: Sequence[Sample], across: Sequence[tuple[Sample, tuple[int, int]]]
+                 ) -> tuple[Network, Network]:
+    """The links of two dimensions fitted to a run's collectives: within a host (``within``,
+    as ``fit``), then between hosts (``across``, each with its group's shape), the latter
+    through ``modelled_2d_ns`` with dimension 0 as fitted (or never the bottleneck where no
+    collective stayed within a host): least squares over each kind's median as if dimension
+    1 bounded every collective, then latency and bandwidth scaled together until the modelled
+    collectives add up to the measured ones."""
+    inner = fit(within) if within else Network(FAST_GBPS, 0.0, 0, 0.0, 0.0, False)
+    link0 = (inner.bandwidth_gbps, inner.latency_ns)
+    usable = [(s, shape) for s, shape in across if s.size > 0
+              and modelled_2d_ns(s, shape, (link0, (1.0, 1.0))) > 0]
+    if not usable:
+        return inner, Network(DEFAULT_GBPS, DEFAULT_NS, 0, 0.0, 0.0)
+    measured = sum(s.measured_ns for s, _ in usable)
+    rows = []
+    big = 1e9  # a dimension 1 this slow bounds every collective: the model is linear there
+    for s, shape in usable:
+        # Dimension 1's latency and inverse-bandwidth coefficients where it bounds the
+        # collective, and what is left (dimension 0's phases outside it, the reduction).
+        at_lat = modelled_2d_ns(s, shape, (link0, (FAST_GBPS, big)))
+        lat = (modelled_2d_ns(s, shape, (link0, (FAST_GBPS, 2 * big))) - at_lat) / big
+        at_inv = modelled_2d_ns(s, shape, (link0, (1 / big, 0.0)))
+        inv = (modelled_2d_ns(s, shape, (link0, (1 / (2 * big), 0.0))) - at_inv) / big
+        rows.append((lat, inv, s.measured_ns - (at_lat - lat * big)))
+    x_lat, x_inv = _least_squares(_medians(rows))
+    split = x_inv > 0
+    if not split:
+        x_lat, x_inv = DEFAULT_NS, 1.0
+
+    def total(k: float) -> float:
+        lat = x_lat * k if split else x_lat
+        return sum(modelled_2d_ns(s, shape, (link0, (1 / (x_inv * k), lat)))
+                   for s, shape in usable)
+
+    if total(1e-9) >= measured:  # dimension 0 alone takes all of it
+        return inner, Network(FAST_GBPS, 0.0, len(usable), measured, total(1e-9), split)
+    low, high = 1e-9, 1.0
+    while total(high) < measured:
+        high *= 2
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if total(middle) < measured else (low, middle)
+    k = (low + high) / 2
+    return inner, Network(1 / (x_inv * k), x_lat * k if split else x_lat, len(usable),
+                          measured, total(k), split)
+
+
+
+def ranks_per_host(hosts: Mapping[int, str | None]) -> int | None:
+    """G where the run's ranks sit on hosts of G ranks each in rank order (rank r on the host
+    of rank r - r mod G, as ASTRA-sim numbers NPUs over two dimensions), with two hosts or
+    more; else None (one host, a host not recorded, or another layout)."""
+    ranks = sorted(hosts)
+    if not ranks or ranks != list(range(len(ranks))) or None in hosts.values():
+        return None
+    counts: dict[str, int] = {}
+    for rank in ranks:
+        counts[hosts[rank]] = counts.get(hosts[rank], 0) + 1
+    per_host = counts[hosts[0]]
+    if len(counts) < 2 or any(c != per_host for c in counts.values()):
+        return None
+    if any(hosts[r] != hosts[r - r % per_host] for r in ranks):
+        return None
+    return per_host
+
+
+def group_shape(members: Sequence[int], per_host: int) -> tuple[int, int] | None:
+    """(ranks per host, hosts) of a group laid out as a grid on hosts of ``per_host`` ranks
+    (the same places on each of its hosts), else None."""
+    by_host: dict[int, set[int]] = {}
+    for m in members:
+        by_host.setdefault(m // per_host, set()).add(m % per_host)
+    places = list(by_host.values())
+    if any(p != places[0] for p in places):
+        return None
+    return len(places[0]), len(places)
