@@ -272,3 +272,22 @@ class RemoteOutput:
                 self.fs.rm(staging, recursive=True)
         if failed and self.created and self.fs.exists(self.root) and not self.fs.ls(self.root):
             self.fs.rm(self.root, recursive=True)
+
+
+@contextmanager
+def replaced_whole(out: Path, purpose: str) -> Iterator[Path]:
+    """A local folder to write a run into (``.<out>.<purpose>`` beside ``out``) that replaces
+    ``out`` whole once the block ends; on any error, Ctrl-C included, it is removed and ``out``
+    is left as it was (``share`` and ``scale``)."""
+    staging = out.with_name(f".{out.name}.{purpose}")
+    if staging.exists():  # left by a killed earlier run
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True)
+    try:
+        yield staging
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise

@@ -36,14 +36,13 @@ metadata names the rank it was made from (``made_from_rank``).
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
 
+from chakra_hooks import storage
 from chakra_hooks.common.errors import TraceFormatError
 
 from . import etio
@@ -402,12 +401,8 @@ def _write(out: Path, folder: Path, recorded: Mapping, plan: Plan,
            links: Mapping[int, nets.Link], network_file: str | None) -> list[Path]:
     """The new run's ETs with the replayed times, comm_group.json and, where the conversion
     had them (--target astra-sim), ASTRA-sim's network, system and memory files."""
-    staging = out.with_name(f".{out.name}.scaling")
-    if staging.exists():
-        shutil.rmtree(staging)
-    staging.mkdir(parents=True)
-    files = []
-    try:
+    files: list[Path] = []
+    with storage.replaced_whole(out, "scaling") as staging:
         first_path = next(iter(recorded.values()))[0]
         prefix = etio.name_and_rank(first_path)[0]
         compressed = first_path.name.endswith(".gz")
@@ -428,12 +423,6 @@ def _write(out: Path, folder: Path, recorded: Mapping, plan: Plan,
             _write_astra_files(staging, folder, plan, links, network_file)
             files += [out / name for name in (fitting.NETWORK_FILE, fitting.SYSTEM_FILE,
                                               fitting.MEMORY_FILE)]
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return files
 
 

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import orjson
 
+from chakra_hooks import storage
 from chakra_hooks.common.errors import TraceFormatError
 from chakra_hooks.linker.enrich.gaps import GAP_NAME
 from chakra_hooks.linker.model import OpKind
@@ -385,11 +386,7 @@ def share_run(folder: Path, out: Path, key: bytes, options: Options) -> Shared:
     removed = Removed()
     shared: list[Path] = []
     left_out = sorted(p for p in folder.iterdir() if p not in ets and p.name not in RUN_FILES)
-    staging = out.with_name(f".{out.name}.sharing")
-    if staging.exists():
-        shutil.rmtree(staging)
-    staging.mkdir(parents=True)
-    try:
+    with storage.replaced_whole(out, "sharing") as staging:
         for path in ets:  # one ET in memory at a time
             et = etio.read_et(path)
             rank = etio.name_and_rank(path)[1] or 0
@@ -419,12 +416,6 @@ def share_run(folder: Path, out: Path, key: bytes, options: Options) -> Shared:
             else:
                 shutil.copyfile(source, staging / name)
             shared.append(out / name)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return Shared(shared, left_out, removed)
 
 

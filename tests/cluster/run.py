@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
