@@ -36,7 +36,7 @@ metadata names the rank it was made from (``made_from_rank``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,6 +48,7 @@ from chakra_hooks.common.errors import TraceFormatError
 from . import etio
 from . import network_change as nets
 from . import peers as run_peers
+from . import whatif
 from .attrs import attr_dict, make_attr, value_of
 from .schema import COMM_COLL, COMM_RECV, COMM_SEND
 from .stats import span_us
@@ -193,8 +194,7 @@ class Scaled:
 
 
 def scale_run(folder: Path, out: Path, world: int | None = None, dp: int | None = None,
-              grow: Sequence[str] = (), network_file: str | None = None,
-              note: Callable[[str], None] = lambda _: None) -> Scaled:
+              grow: Sequence[str] = (), network_file: str | None = None) -> Scaled:
     """Write ``folder``'s conversion scaled (module docstring) to ``out`` (replaced whole)."""
     ets = sorted((p for p in folder.iterdir() if p.name.endswith((".et", ".et.gz"))),
                  key=lambda p: (etio.name_and_rank(p)[0], etio.name_and_rank(p)[1] or 0))
@@ -254,8 +254,6 @@ def scale_run(folder: Path, out: Path, world: int | None = None, dp: int | None 
         per_host = fitting.ranks_per_host({r.rank: r.host for r in ranks})
     peers = run_peers.analyse(ranks, plan.groups, new_world)
     factors = _factors(ranks, plan, fitted, links, hosts, per_host, notes)
-    from . import whatif
-
     before = whatif.replay_schedule(completed, completed_peers)
     after = whatif.replay_schedule(ranks, peers, factors)
     recorded_span = max(span_us(r.times) for r in base_ranks.values())
