@@ -45,6 +45,7 @@ def astra_ratio(capture: Path, factor: float, measured_us: float, astra: str,
                   overwrite=True)
     network = out / "astra_network.yml"
     text = network.read_text()
+
     def scale(found: re.Match) -> str:
         values = [float(v) for v in found.group(1).split(",")]
         chosen = range(len(values) - 1, len(values)) if between_hosts_only else range(len(values))
@@ -55,15 +56,21 @@ def astra_ratio(capture: Path, factor: float, measured_us: float, astra: str,
     changed = work / f"{capture.name}_x{factor:g}.yml"
     changed.write_text(scaled)
     ranks = len(list(out.glob("chakra.*.et")))
-    env = dict(os.environ, ASTRA_BIN=astra, NETWORK_CONFIG=str(changed),
+    finish = simulate(out, changed, ranks, astra)
+    return finish / measured_us if finish else None
+
+
+def simulate(out: Path, network: Path, npus: int, astra: str) -> float | None:
+    """ASTRA-sim's finish (us) on the conversion in ``out`` with ``network``, or None."""
+    env = dict(os.environ, ASTRA_BIN=astra, NETWORK_CONFIG=str(network),
                SYSTEM_CONFIG=str(out / "astra_system.json"),
                REMOTE_MEMORY_CONFIG=str(out / "astra_memory.json"))
     if (out / "comm_group.json").exists():
         env["COMM_GROUP_CONFIG"] = str(out / "comm_group.json")
-    run = subprocess.run([str(ASTRA_RUN), str(out / "chakra"), str(ranks)], env=env,
+    run = subprocess.run([str(ASTRA_RUN), str(out / "chakra"), str(npus)], env=env,
                          capture_output=True, text=True, timeout=1800)
     found = re.search(r"RESULT: OK npus=\d+ max_finish_cycles=(\d+)", run.stdout)
-    return int(found.group(1)) / 1e3 / measured_us if found else None
+    return int(found.group(1)) / 1e3 if found else None
 
 
 def astra_scaled(capture: Path, work: Path, astra: str, measured_us: float, **how) -> float | None:
@@ -76,15 +83,8 @@ def astra_scaled(capture: Path, work: Path, astra: str, measured_us: float, **ho
                   warn=lambda _: None, overwrite=True)
     out = work / f"{converted.name}_scaled"
     done = scale_run(converted, out, **how)
-    env = dict(os.environ, ASTRA_BIN=astra, NETWORK_CONFIG=str(out / "astra_network.yml"),
-               SYSTEM_CONFIG=str(out / "astra_system.json"),
-               REMOTE_MEMORY_CONFIG=str(out / "astra_memory.json"))
-    if (out / "comm_group.json").exists():
-        env["COMM_GROUP_CONFIG"] = str(out / "comm_group.json")
-    run = subprocess.run([str(ASTRA_RUN), str(out / "chakra"), str(done.plan.world)], env=env,
-                         capture_output=True, text=True, timeout=1800)
-    found = re.search(r"RESULT: OK npus=\d+ max_finish_cycles=(\d+)", run.stdout)
-    return int(found.group(1)) / 1e3 / measured_us if found else None
+    finish = simulate(out, out / "astra_network.yml", done.plan.world, astra)
+    return finish / measured_us if finish else None
 
 
 def scale_main(args, work: Path) -> None:

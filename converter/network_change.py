@@ -221,7 +221,7 @@ def fit_run(ranks: Sequence[Rank], peers: Peers, groups: Mapping[str, Sequence[i
             across = split_hosts and len({host_of.get(m) for m in members}) > 1
             samples[key] = (ACROSS if across else WITHIN, sample)
             if across and per_host:
-                shapes[key] = fitting.group_shape(members, per_host) or (1, len(members))
+                shapes[key] = fitting.shape_of(members, per_host)
     links, fitted_to, unsplit = {}, {}, []
     if shapes:  # hosts of as many ranks each: two dimensions, as ASTRA-sim models them
         inner, outer = fitting.fit_two_dims(

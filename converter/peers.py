@@ -109,11 +109,11 @@ def ranks_from_facts(facts: Mapping[int, Sequence[tuple]],
             attrs[nid] = {k: v for k, v in comm.items() if v is not None}
             times[nid] = (None if start_ps is None else (start_ps - origin) / 1e6,
                           0.0 if dur_ps is None else dur_ps / 1e6)
-        ranks.append(Rank(rank, "", nodes, attrs, times, *_host_of((hosts or {}).get(rank))))
+        ranks.append(Rank(rank, "", nodes, attrs, times, *host_and_clock((hosts or {}).get(rank))))
     return ranks
 
 
-def _host_of(meta: Mapping[str, object] | None) -> tuple[str | None, str | None]:
+def host_and_clock(meta: Mapping[str, object] | None) -> tuple[str | None, str | None]:
     """(host, host_clock) from an ET's metadata, each None where it is not a string."""
     meta = meta or {}
     return tuple(v if isinstance(v, str) and v else None
@@ -433,7 +433,7 @@ def read_run(paths: Sequence) -> tuple[list[Rank], dict[str, list[int]], int]:
         rank = int(meta["rank"]) if isinstance(meta.get("rank"), int) else _rank_in_name(
             path, position)
         world = max(world, int(meta["world_size"]) if isinstance(meta.get("world_size"), int) else 0)
-        host, clock = _host_of(meta)
+        host, clock = host_and_clock(meta)
         made = meta.get("made_from_rank")
         ranks.append(Rank(rank, str(path), et.nodes, host=host, clock=clock,
                           made_from=made if isinstance(made, int) else None))

@@ -70,7 +70,6 @@ class Plan:
     group_of: dict[int, dict[str, str]] = field(default_factory=dict)  # rank -> pg -> new pg
     groups: dict[str, list[int]] = field(default_factory=dict)  # the new comm_group.json
     grown: list[str] = field(default_factory=list)  # recorded groups that grew
-    shift: dict[int, int] = field(default_factory=dict)  # new rank -> its peers' shift
 
     @property
     def made(self) -> list[int]:
@@ -78,9 +77,10 @@ class Plan:
 
     def peer(self, rank: int, recorded_peer: int) -> int | None:
         """A send's or receive's peer as seen from new rank ``rank`` (None: outside the run)."""
-        inside = recorded_peer + self.shift[rank]  # its place within the rank's copy
-        copy_base = (rank // self.recorded_world) * self.recorded_world
-        return copy_base + inside if 0 <= inside < self.recorded_world else None
+        copy, place = divmod(rank, self.recorded_world)
+        # The peer moved as far as the rank is from its source, within the rank's copy.
+        inside = recorded_peer + place - self.source[rank]
+        return copy * self.recorded_world + inside if 0 <= inside < self.recorded_world else None
 
 
 def make_plan(recorded: Sequence[int], recorded_world: int, groups: Mapping[str, Sequence[int]],
@@ -114,7 +114,7 @@ def make_plan(recorded: Sequence[int], recorded_world: int, groups: Mapping[str,
     within: dict[int, dict[str, list[int] | None]] = {}
     for p in range(W):
         r = min(plan.recorded, key=lambda q: (abs(q - p), q))
-        plan.source[p], plan.shift[p] = r, p - r
+        plan.source[p] = r
         view: dict[str, list[int] | None] = {}
         for name, members in known.items():
             if r not in members:
@@ -129,7 +129,7 @@ def make_plan(recorded: Sequence[int], recorded_world: int, groups: Mapping[str,
     for n in range(world):
         c, p = divmod(n, W)
         if n >= W:
-            plan.source[n], plan.shift[n] = plan.source[p], plan.shift[p]
+            plan.source[n] = plan.source[p]
         mine = plan.group_of[n] = {}
         for name, members in within[p].items():
             if members is None:
@@ -202,6 +202,7 @@ def scale_run(folder: Path, out: Path, world: int | None = None, dp: int | None 
         raise TraceFormatError(folder, "folder", "a conversion's output (chakra.<rank>.et "
                                "files): `chakra-hooks convert` writes one")
     recorded: dict[int, tuple[Path, object]] = {}
+    machines: dict[int, tuple[str | None, str | None]] = {}  # rank -> (host, host_clock)
     recorded_world = 0
     for path in ets:
         et = etio.read_et(path)
@@ -218,6 +219,7 @@ def scale_run(folder: Path, out: Path, world: int | None = None, dp: int | None 
         if rank in recorded:  # one ET under two names (a one-rank astra-sim conversion)
             continue
         recorded[rank] = (path, et)
+        machines[rank] = run_peers.host_and_clock(meta)
         if isinstance(meta.get("world_size"), int):
             recorded_world = max(recorded_world, meta["world_size"])
     recorded_world = max(recorded_world, max(recorded) + 1)
@@ -225,8 +227,8 @@ def scale_run(folder: Path, out: Path, world: int | None = None, dp: int | None 
     if world is not None and dp is not None:
         raise ValueError("--world and --dp both give the new run's size: give one")
     # The recorded ranks as the run tools read them (nodes, attributes, times).
-    base_ranks = {rank: run_peers.Rank(rank, str(path), et.nodes,
-                                       host=_meta_str(et, "host"), clock=_meta_str(et, "host_clock"))
+    base_ranks = {rank: run_peers.Rank(rank, str(path), et.nodes, host=machines[rank][0],
+                                       clock=machines[rank][1])
                   for rank, (path, et) in recorded.items()}
     _restore_groups(base_ranks.values(), groups)
     new_world = world if world is not None else recorded_world * (dp or 1)
@@ -241,9 +243,9 @@ def scale_run(folder: Path, out: Path, world: int | None = None, dp: int | None 
                          f"{name!r} {groups[name]}; no group of the run holds rank {p} in its "
                          "place, and the group's shifted copies do not partition the run")
     completed = [_made_rank(base_ranks, plan, n) for n in range(recorded_world)]
-    completed_peers = run_peers.analyse(completed, _groups_before(plan, groups), recorded_world)
-    fitted = nets.fit_run(completed, completed_peers, _groups_before(plan, groups),
-                          recorded_world)
+    groups_before = _groups_before(plan, groups)
+    completed_peers = run_peers.analyse(completed, groups_before, recorded_world)
+    fitted = nets.fit_run(completed, completed_peers, groups_before, recorded_world)
     ranks = completed + [_made_rank(base_ranks, plan, n) for n in range(recorded_world,
                                                                            new_world)]
     links, source, per_host = _new_links(fitted, network_file, new_world)
@@ -253,7 +255,7 @@ def scale_run(folder: Path, out: Path, world: int | None = None, dp: int | None 
     if per_host is None and fitted.shapes:  # copies of a run on hosts: as many per host
         per_host = fitting.ranks_per_host({r.rank: r.host for r in ranks})
     peers = run_peers.analyse(ranks, plan.groups, new_world)
-    factors = _factors(ranks, plan, fitted, links, hosts, per_host, notes)
+    factors = _factors(ranks, plan, fitted, links, per_host, notes)
     before = whatif.replay_schedule(completed, completed_peers)
     after = whatif.replay_schedule(ranks, peers, factors)
     recorded_span = max(span_us(r.times) for r in base_ranks.values())
@@ -282,14 +284,6 @@ def _restore_groups(ranks, groups: dict[str, list[int]]) -> None:
                 groups[name] = list(members)
                 by_members[members] = name
             r.attrs[node.id] = {**a, "pg_name": by_members[members]}
-
-
-def _meta_str(et, name: str) -> str | None:
-    for a in et.metadata.attr:
-        if a.name == name:
-            value = value_of(a)
-            return value if isinstance(value, str) and value else None
-    return None
 
 
 def _groups_before(plan: Plan, groups: Mapping[str, Sequence[int]]) -> dict[str, list[int]]:
@@ -352,14 +346,14 @@ def _hosts(ranks: Sequence[run_peers.Rank], plan: Plan, per_host: int | None
 
 
 def _factors(ranks: Sequence[run_peers.Rank], plan: Plan, fitted: nets.RunNetwork,
-             links: Mapping[int, nets.Link], hosts: Mapping[int, str], per_host: int | None,
-             notes: list[str]) -> dict[run_peers.Key, float]:
+             links: Mapping[int, nets.Link], per_host: int | None, notes: list[str]
+             ) -> dict[run_peers.Key, float]:
     """Per communication node of the new run, its transfer's factor: the model at the new group
     size on the new network over the model at the recorded size on the fitted one."""
     W = plan.recorded_world
     out: dict[run_peers.Key, float] = {}
     missing: set[int] = set()
-    host_of = {r.rank: hosts.get(r.rank, r.host) for r in ranks}
+    host_of = {r.rank: r.host for r in ranks}
     for r in ranks:
         p = r.rank % W
         for node in r.nodes:
@@ -380,8 +374,7 @@ def _factors(ranks: Sequence[run_peers.Rank], plan: Plan, fitted: nets.RunNetwor
             if new_dim not in links:
                 missing.add(new_dim)
             new_links = {d: links.get(d, links[dim]) for d in (nets.WITHIN, nets.ACROSS)}
-            shape = (fitting.group_shape(members, per_host) or (1, len(members))
-                     if spans and per_host else None)
+            shape = fitting.shape_of(members, per_host) if spans and per_host else None
             before = fitted.modelled(old, dim, fitted.shapes.get((p, node.id)), fitted.links)
             new = fitting.Sample(old.comm_type, old.size, npus, old.measured_ns)
             after = fitted.modelled(new, new_dim, shape, new_links)

@@ -223,9 +223,7 @@ def replay_run(ranks: Sequence[run_peers.Rank], change: Change = Change(),
     factor on its transfer (its whole time where it was not matched) on top of the rest: a
     network change (converter/network_change.py)."""
     peers = peers or run_peers.analyse(ranks)
-    starts = [r.start() - peers.offsets_us.get(r.rank, 0.0) for r in ranks]  # corrected clocks
-    origin = min(starts, default=0.0)
-    base = [start - origin for start in starts]
+    origin, base = _starts(ranks, peers)
     measured, transfer = {}, {}
     changed, changed_transfer = {}, {}
     for index, r in enumerate(ranks):
@@ -279,14 +277,20 @@ def replay_run(ranks: Sequence[run_peers.Rank], change: Change = Change(),
                      peers.notes + before.notes + after.notes, before, after, origin)
 
 
+def _starts(ranks: Sequence[run_peers.Rank], peers: run_peers.Peers) -> tuple[float, list[float]]:
+    """The run's first start on the corrected clocks, and each rank's first start from it (the
+    schedules' 0 and each rank's base)."""
+    starts = [r.start() - peers.offsets_us.get(r.rank, 0.0) for r in ranks]
+    origin = min(starts, default=0.0)
+    return origin, [start - origin for start in starts]
+
+
 def replay_schedule(ranks: Sequence[run_peers.Rank], peers: run_peers.Peers,
                     comm_factors: Mapping[run_peers.Key, float] | None = None) -> Schedule:
     """The run replayed as ``replay_run`` replays it, with the recorded durations and each
     communication node's transfer (its whole time where it was not matched) times its
     ``comm_factors`` entry; ``base`` set."""
-    starts = [r.start() - peers.offsets_us.get(r.rank, 0.0) for r in ranks]
-    origin = min(starts, default=0.0)
-    base = [start - origin for start in starts]
+    _, base = _starts(ranks, peers)
     dur, transfer = {}, {}
     factors = comm_factors or {}
     for index, r in enumerate(ranks):

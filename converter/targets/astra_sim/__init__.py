@@ -197,8 +197,7 @@ def _write_network(staging: str, nodes: dict[int, list], groups: dict[int, list[
                     network.POINT_TO_POINT, int(value_of(attrs["comm_size"])), 2,
                     transfer[(rank, node.id)] * 1000))
                 peer = int(value_of(attrs["comm_dst"])) if "comm_dst" in attrs else rank
-                shapes.append(network.group_shape([rank, peer], per_host) or (1, 2)
-                              if per_host else None)
+                shapes.append(network.shape_of([rank, peer], per_host) if per_host else None)
             if node.type != COMM_COLL:
                 continue
             attrs = attr_dict(node)
@@ -211,8 +210,7 @@ def _write_network(staging: str, nodes: dict[int, list], groups: dict[int, list[
                 int(value_of(attrs["comm_type"])), int(value_of(attrs["comm_size"])),
                 len(members) or max(world, npus), took * 1000))
             members = list(members) or list(range(ranks))
-            shapes.append(network.group_shape(members, per_host) or (1, len(members))
-                          if per_host else None)
+            shapes.append(network.shape_of(members, per_host) if per_host else None)
     system = dict(network.SYSTEM)
     if per_host:
         inner, outer = network.fit_two_dims(

@@ -369,3 +369,9 @@ def group_shape(members: Sequence[int], per_host: int) -> tuple[int, int] | None
     if any(p != places[0] for p in places):
         return None
     return len(places[0]), len(places)
+
+
+def shape_of(members: Sequence[int], per_host: int) -> tuple[int, int]:
+    """The shape a collective over ``members`` is modelled on: its grid (``group_shape``), else
+    (1, all of them), a ring over its members between hosts."""
+    return group_shape(members, per_host) or (1, len(members))
