@@ -30,6 +30,7 @@ from conservation import conservation  # noqa: E402
 from chakra_hooks.convert import convert_paths  # noqa: E402
 from chakra_hooks.converter import etio, whatif  # noqa: E402
 from chakra_hooks.converter import peers as run_peers  # noqa: E402
+from chakra_hooks.converter import run_model  # noqa: E402
 from chakra_hooks.converter.stats import rank_stats  # noqa: E402
 
 ASTRA_RUN = REPO.parent / "shared" / "tools" / "astra-run"
@@ -88,7 +89,7 @@ def main() -> None:
                 print(f"{args.mode} {mb:g} MB: ASTRA-sim "
                       f"{found.group(2) + ' ms, ' + found.group(1) if found else 'failed'}")
         a, b = args.mb
-        runs = {mb: run_peers.read_run(sorted(outs[mb].glob("*.et"))) for mb in (a, b)}
+        runs = {mb: run_model.read_run(sorted(outs[mb].glob("*.et"))) for mb in (a, b)}
         for src, dst in ((a, b), (b, a)):  # as `whatif --comm-from`: the ranks together
             ranks, groups, world = runs[src]
             theirs = runs[dst]

@@ -35,7 +35,8 @@ from pathlib import Path
 from chakra_hooks.convert import convert_paths
 from chakra_hooks.converter import etio, whatif
 from chakra_hooks.converter.attrs import attr_dict, value_of
-from chakra_hooks.converter.stats import node_times, rank_stats
+from chakra_hooks.converter.run_model import node_times
+from chakra_hooks.converter.stats import rank_stats
 
 REPO = Path(__file__).resolve().parent.parent
 TOOLS = REPO.parent / "shared" / "tools"
@@ -179,8 +180,9 @@ def peer_row(name: str, out: Path, kineto: list[Path]) -> None:
     collectives' time (and peer-wait.py's from the raw Kineto files, where the run has every
     rank's), the transfer, the straggler and S, and whatif --comm 0.25x / 0 over the run."""
     from chakra_hooks.converter import peers as run_peers
+    from chakra_hooks.converter import run_model
 
-    ranks, groups, world = run_peers.read_run(sorted(out.glob("*.et")))
+    ranks, groups, world = run_model.read_run(sorted(out.glob("*.et")))
     found = run_peers.analyse(ranks, groups, world)
     if not found.wait_us and not found.unknown:
         return

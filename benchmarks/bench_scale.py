@@ -1,7 +1,10 @@
 """``scale`` on the corpus DLRM run (8 ranks, ~1,500 nodes each, --target astra-sim): made
 into 8 x K ranks, the time and peak memory ``scale`` takes per size, the replayed span, and with
 ``--astra BIN`` ASTRA-sim on the scaled run (../shared/tools/astra-run: its finish, and how many
-nodes each NPU executed, where its debug log holds them all).
+nodes each NPU executed). The simulator's debug log, where astra-run counts executed nodes,
+rotates through 11 files of 10 MB and drops the oldest; from a few hundred ranks on it holds
+only the last ~110 MB, so every log file is hard-linked aside while the simulator runs and the
+nodes are counted over all of them.
 
     python benchmarks/bench_scale.py [--ranks 16 128 1024] [--astra BIN] [--astra-up-to 128]
 """
@@ -14,6 +17,8 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
+from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,16 +39,60 @@ def scale_once(source: Path, out: Path, ranks: int) -> tuple[float, float, float
     return seconds, peak, span
 
 
+def _keep_logs(log: Path, kept: Path, stop: threading.Event) -> None:
+    """Hard-link every file that appears in ``log`` into ``kept`` (one name per inode) until
+    ``stop``: a rotated-out file loses its name in ``log``, not its content."""
+    kept.mkdir(parents=True, exist_ok=True)
+    seen: set[int] = set()
+    while True:
+        finished = stop.wait(0.5)
+        for path in log.glob("log*.log") if log.is_dir() else ():
+            try:
+                inode = path.stat().st_ino
+                if inode not in seen:
+                    os.link(path, kept / f"{inode}.log")
+                    seen.add(inode)
+            except FileNotFoundError:  # renamed between the listing and the link: next pass
+                pass
+        if finished:
+            return
+
+
+def executed_per_npu(kept: Path) -> Counter:
+    """How many nodes each NPU executed: the callback lines over every kept debug log."""
+    found: Counter = Counter()
+    callback = re.compile(rb"callback,sys->id=(\d+),")
+    for path in kept.glob("*.log"):
+        with path.open("rb") as log:
+            for line in log:
+                hit = callback.search(line)
+                if hit:
+                    found[int(hit.group(1))] += 1
+    return found
+
+
 def astra(out: Path, ranks: int, binary: str) -> str:
+    from chakra_hooks.converter import etio
+
+    work = Path(tempfile.mkdtemp(prefix=f"astra_{ranks}_"))
     env = dict(os.environ, ASTRA_BIN=binary, NETWORK_CONFIG=str(out / "astra_network.yml"),
-               SYSTEM_CONFIG=str(out / "astra_system.json"), TIMEOUT="3000")
-    run = subprocess.run([str(ASTRA_RUN), str(out / "chakra"), str(ranks)], env=env,
-                         capture_output=True, text=True)
+               SYSTEM_CONFIG=str(out / "astra_system.json"), TIMEOUT="3000", WORKDIR=str(work))
+    stop = threading.Event()
+    keeper = threading.Thread(target=_keep_logs, args=(work / "log", work / "kept", stop))
+    keeper.start()
+    try:
+        run = subprocess.run([str(ASTRA_RUN), str(out / "chakra"), str(ranks)], env=env,
+                             capture_output=True, text=True)
+    finally:
+        stop.set()
+        keeper.join()
     found = re.search(r"max_finish_cycles=(\d+)", run.stdout)
-    executed = re.findall(r"executed (>= )?(\d+) of (\d+) nodes", run.stdout)
-    every = all(not lower and done == total for lower, done, total in executed)
-    counted = "every node on every NPU" if executed and every else (
-        "node counts a lower bound (its debug log rotated)" if executed else "no counts")
+    finished = len(re.findall(r"NPU \d+: finished", run.stdout))
+    executed = executed_per_npu(work / "kept")
+    short = [npu for npu in range(ranks)
+             if executed[npu] != len(etio.read_et(out / f"chakra.{npu}.et").nodes)]
+    counted = (f"every node on every NPU ({finished} finished)" if not short and executed
+               else f"NPUs short of their nodes: {short[:8]}")
     wall = re.search(r"wall time: ([\d.]+)s", run.stdout)
     return (f"{int(found.group(1)) / 1e6:,.3f} ms, {counted}, {wall.group(1) if wall else '?'} s"
             if found else f"failed ({run.returncode})")

@@ -1,5 +1,8 @@
 """Do two states of the code write the same bytes? Converts every corpus trace with both
 targets and lists a SHA-256 per output file; with ``--against``, compares with an earlier list.
+``--tools`` adds what the run tools print and write of each conversion (``stats --json``,
+``whatif --json`` under four changes, ``timeline``), and ``--runs`` folders of converted runs
+of one's own (a recording's conversion, a tiled run) to read with them.
 
     python benchmarks/same_outputs.py --save /tmp/before.json      # on the old state
     python benchmarks/same_outputs.py --against /tmp/before.json   # on the new: exit 1 if any
@@ -14,6 +17,7 @@ import argparse
 import hashlib
 import json
 import sys
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -24,19 +28,59 @@ from chakra_hooks.convert import convert_paths
 TARGETS = ("full", "astra-sim")
 
 
-def digests(corpus: Path) -> dict[str, str]:
-    """``trace/target/file`` -> SHA-256 of every file the conversion wrote."""
+# The run tools' commands on a converted run (its folder appended), each a file to compare.
+TOOLS = {
+    "stats.json": ["stats", "--json"],
+    "whatif_comm.json": ["whatif", "--json", "--comm", "0.5x"],
+    "whatif_compute_rank0.json": ["whatif", "--json", "--compute", "0.5x", "--ranks", "0"],
+    "whatif_all_reduce.json": ["whatif", "--json", "--comm", "all_reduce=0x"],
+    "whatif_bandwidth.json": ["whatif", "--json", "--bandwidth", "2x"],
+}
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def tool_digests(folder: Path, name: str, work: Path) -> dict[str, str]:
+    """``name/tool`` -> SHA-256 of what each run tool printed of ``folder`` (run from a fixed
+    path, so that the paths they print agree between the two states), and of its timeline."""
+    from click.testing import CliRunner
+
+    from chakra_hooks.cli import cli
+
     out: dict[str, str] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, (inputs, _) in TRACES.items():
-            for target in TARGETS:
-                folder = Path(tmp) / name / target
-                convert_paths([corpus / i for i in inputs], folder, target=target,
-                              progress=False, warn=lambda _: None)
-                for path in sorted(folder.rglob("*")):
-                    if path.is_file():
-                        key = f"{name}/{target}/{path.relative_to(folder)}"
-                        out[key] = hashlib.sha256(path.read_bytes()).hexdigest()
+    for tool, args in TOOLS.items():
+        result = CliRunner().invoke(cli, [*args, str(folder)])
+        out[f"{name}/{tool}"] = _sha(f"exit {result.exit_code}\n{result.output}".encode())
+    drawn = work / "timeline.json"
+    result = CliRunner().invoke(cli, ["timeline", str(folder), "-o", str(drawn), "--comm", "0.5x"])
+    out[f"{name}/timeline"] = _sha(f"exit {result.exit_code}\n{result.output}".encode()
+                                   + (drawn.read_bytes() if drawn.exists() else b""))
+    return out
+
+
+def digests(corpus: Path, tools: bool = False, runs: list[str] = ()) -> dict[str, str]:
+    """``trace/target/file`` -> SHA-256 of every file the conversion wrote (and, with
+    ``tools``, of what the run tools make of each conversion and of each of ``runs``)."""
+    out: dict[str, str] = {}
+    # A fixed place, not a new temporary one: the tools print the paths they read.
+    work = Path(tempfile.gettempdir()) / "chakra-hooks-same-outputs"
+    shutil.rmtree(work, ignore_errors=True)
+    for name, (inputs, _) in TRACES.items():
+        for target in TARGETS:
+            folder = work / name / target
+            convert_paths([corpus / i for i in inputs], folder, target=target,
+                          progress=False, warn=lambda _: None)
+            for path in sorted(folder.rglob("*")):
+                if path.is_file():
+                    key = f"{name}/{target}/{path.relative_to(folder)}"
+                    out[key] = _sha(path.read_bytes())
+            if tools:
+                out.update(tool_digests(folder, f"{name}/{target}", work))
+    for run in runs:
+        out.update(tool_digests(Path(run), f"runs/{run}", work))
+    shutil.rmtree(work, ignore_errors=True)
     return out
 
 
@@ -45,8 +89,12 @@ def main() -> int:
     ap.add_argument("--corpus", default=str(REPO.parent / "shared" / "corpus"))
     ap.add_argument("--save", help="write the digests to this JSON file")
     ap.add_argument("--against", help="compare with digests saved earlier")
+    ap.add_argument("--tools", action="store_true",
+                    help="also what stats, whatif and timeline make of each conversion")
+    ap.add_argument("--runs", nargs="*", default=[],
+                    help="folders of converted runs to read with the run tools too")
     args = ap.parse_args()
-    now = digests(Path(args.corpus))
+    now = digests(Path(args.corpus), args.tools or bool(args.runs), args.runs)
     if args.save:
         Path(args.save).write_text(json.dumps(now, indent=1, sort_keys=True))
     print(f"{len(now)} files from {len(TRACES)} traces x {len(TARGETS)} targets")

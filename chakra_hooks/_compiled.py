@@ -45,6 +45,10 @@ COMPILED = (
     ("chakra_hooks.converter.etio", "converter/etio.py"),
     ("chakra_hooks.converter.summary", "converter/summary.py"),
     ("chakra_hooks.converter.timeline", "converter/timeline.py"),
+    # the run tools' per-node passes (the run model, the critical path, the run's replay)
+    ("chakra_hooks.converter.run_model", "converter/run_model.py"),
+    ("chakra_hooks.converter.stats", "converter/stats.py"),
+    ("chakra_hooks.converter.whatif", "converter/whatif.py"),
 )
 PURE_ENV = "CHAKRA_HOOKS_PURE_PYTHON"
 _NAMES = frozenset(name for name, _ in COMPILED)

@@ -211,11 +211,13 @@ def stats(files: tuple[str, ...], as_json: bool) -> None:
     (host, device, exposed and overlapped communication, gaps), top ops on it, MoE imbalance,
     KV-cache bytes."""
     from chakra_hooks.converter import peers as run_peers
+    from chakra_hooks.converter import run_model
     from chakra_hooks.converter import stats as measure
     from chakra_hooks.converter import whatif as model
 
     try:
-        run, groups, world = run_peers.read_run(list(_et_files(files)))
+        run, groups, world = run_model.read_run(list(_et_files(files)), progress=None,
+                                                workers=None)
     except ValueError as exc:
         _fail(str(exc))
     peers = run_peers.analyse(run, groups, world)
@@ -224,7 +226,7 @@ def stats(files: tuple[str, ...], as_json: bool) -> None:
     for r in run:
         mine = per_rank.get(r.rank, run_peers.RankPeers())
         matched = bool(mine.wait_us) or mine.unknown > 0  # without communication: nothing said
-        ranks.append(measure.rank_stats(r.path, r.nodes, mine.wait_us if matched else None,
+        ranks.append(measure.rank_stats(r.path, r.columns, mine.wait_us if matched else None,
                                         mine.transfer_us, mine.unknown))
     late = model.straggler(run, peers) if len(run) > 1 and peers.columns else None
     if as_json:
@@ -284,13 +286,15 @@ def whatif(files: tuple[str, ...], comm: tuple[str, ...], compute: str | None,
     the run, and what moved on the critical path."""
     from chakra_hooks.converter import network_change as nets
     from chakra_hooks.converter import peers as run_peers
+    from chakra_hooks.converter import run_model
     from chakra_hooks.converter import whatif as model
 
     fitted = None
     try:
         change = model.parse_change(comm, compute)
         chosen = _parse_ranks(only)
-        ranks, groups, world = run_peers.read_run(list(_et_files(files)))
+        ranks, groups, world = run_model.read_run(list(_et_files(files)), progress=None,
+                                                  workers=None)
         peers = run_peers.analyse(ranks, groups, world)
         net = nets.NetworkChange(
             {d: v for d, (_, v) in nets.parse_dimension_values("--bandwidth", bandwidth,
@@ -303,7 +307,8 @@ def whatif(files: tuple[str, ...], comm: tuple[str, ...], compute: str | None,
                   "fitted one; give one or the other")
         elsewhere, notes = None, []
         if comm_from is not None:
-            theirs = run_peers.read_run(list(_et_files((comm_from,))))
+            theirs = run_model.read_run(list(_et_files((comm_from,))), progress=None,
+                                        workers=None)
             notes += model.comm_from_problems(ranks, groups, world, *theirs, comm_from)
             elsewhere = model.run_comm_times(theirs[0], run_peers.analyse(*theirs))
         if chosen is not None and not chosen & {r.rank for r in ranks}:
@@ -405,8 +410,14 @@ def scale(folder: str, output: str, world: int | None, dp: str | None, grow: tup
 @click.option("--ranks", "only", metavar="LIST",
               help="As whatif's: apply --comm / --compute to these ranks only.")
 @click.option("--no-flows", is_flag=True, help="Leave out the dependency arrows between lanes.")
+@click.option("--show-ranks", "show", metavar="LIST",
+              help="A run of more than 16 ranks draws the straggler and the ranks of the longest "
+                   "and the median span; these ranks too, e.g. '5,700'.")
+@click.option("--every-rank", is_flag=True,
+              help="Draw every rank of a big run (a file Perfetto may not open).")
 def timeline(files: tuple[str, ...], output: str, comm: tuple[str, ...], compute: str | None,
-             comm_from: str | None, only: str | None, no_flows: bool) -> None:
+             comm_from: str | None, only: str | None, no_flows: bool, show: str | None,
+             every_rank: bool) -> None:
     """Draw converted ETs for Perfetto (ui.perfetto.dev) or chrome://tracing: a process per
     rank, a track per thread and stream, gaps and collectives' waits for peers apart,
     dependencies as arrows, the critical path on its own track; with --comm / --compute /
@@ -418,16 +429,19 @@ def timeline(files: tuple[str, ...], output: str, comm: tuple[str, ...], compute
     try:
         change = model.parse_change(comm, compute)
         chosen = _parse_ranks(only)
+        shown = _parse_ranks(show)
     except ValueError as exc:
         _fail(str(exc))
     changing = bool(comm or compute or comm_from)
     described = change.describe() + (f" on rank(s) {only}" if chosen is not None else "") + (
         f"; collectives as measured in {comm_from}" if comm_from else "")
     try:
-        data, recorded, predicted = draw.draw_files(
+        data, drawn = draw.draw_files(
             list(_et_files(files)), change if changing else None, described,
             flows=not no_flows, only=chosen,
-            comm_from=list(_et_files((comm_from,))) if comm_from else None)
+            comm_from=list(_et_files((comm_from,))) if comm_from else None, show=shown,
+            every_rank=every_rank)
+        recorded, predicted = drawn.recorded, drawn.predicted
     except ValueError as exc:  # --comm-from: not the same program
         _fail(str(exc))
     if Path(output).is_dir():
@@ -453,7 +467,12 @@ def timeline(files: tuple[str, ...], output: str, comm: tuple[str, ...], compute
         if tl.stuck:
             line += (f"; {tl.stuck:,} nodes on or behind a dependency cycle never run in a "
                      "replay: drawn after the end, on a track of their own")
+        if tl.rank in drawn.why:
+            line += f" ({drawn.why[tl.rank]})"
         click.echo(line)
+    if drawn.left_out:
+        click.echo(f"  {drawn.left_out:,} other rank(s) left out (all were replayed): "
+                   "--show-ranks LIST draws some of them, --every-rank all")
 
 
 @cli.command()
@@ -606,7 +625,7 @@ def _validate_run(files: tuple[str, ...], run: dict[int, object], as_json: bool)
     """Cross-rank checks; True when there is a problem."""
     from chakra_hooks.converter.targets.astra_sim.run_rules import check_run
 
-    from chakra_hooks.converter.peers import read_groups
+    from chakra_hooks.converter.run_model import read_groups
 
     folder = Path(files[0]) if Path(files[0]).is_dir() else Path(files[0]).parent
     problems = check_run(run, read_groups(folder))

@@ -187,30 +187,30 @@ def fit_run(ranks: Sequence[Rank], peers: Peers, groups: Mapping[str, Sequence[i
     split_hosts = len(hosts) > 1 and None not in host_of.values()
     per_host = fitting.ranks_per_host(host_of) if split_hosts and len(ranks) == world else None
     shapes: dict[Key, tuple[int, int]] = {}
-    transfer = one_at_a_time({r.rank: r.nodes for r in ranks}, peers.transfer_us)
+    transfer = one_at_a_time({r.rank: r.comm_nodes() for r in ranks}, peers.transfer_us)
     receiver = {c[0]: c[1][0] for c in peers.columns if len(c) == 2}  # a send's peer
     # Every member of a collective counts it at the largest member's size, as the astra-sim
     # target writes it (run_rules.harmonize: uneven all-to-all sizes).
     by_rank = {r.rank: r for r in ranks}
     largest: dict[Key, int] = {}
     for column in peers.columns:
-        attrs = [by_rank[rank].attrs[nid] for rank, nid in column]
+        attrs = [by_rank[rank].comm[nid] for rank, nid in column]
         if len(column) > 1 and all("comm_size" in a for a in attrs):
             top = max(int(attr_value(a, "comm_size")) for a in attrs)
             largest.update(dict.fromkeys(column, top))
     samples: dict[Key, tuple[int, fitting.Sample]] = {}
     for r in ranks:
-        for node in r.nodes:
-            key = (r.rank, node.id)
-            if node.type not in (COMM_COLL, COMM_SEND) or key not in transfer:
+        for nid, node_type, _, _ in r.comm_nodes():
+            key = (r.rank, nid)
+            if node_type not in (COMM_COLL, COMM_SEND) or key not in transfer:
                 continue
-            if node.type == COMM_SEND and key not in peers.transfer_us:
+            if node_type == COMM_SEND and key not in peers.transfer_us:
                 continue  # a send whose receive is not here
-            a = r.attrs[node.id]
+            a = r.comm[nid]
             if "comm_size" not in a:
                 continue
             size = largest.get(key) or int(attr_value(a, "comm_size"))
-            if node.type == COMM_SEND:
+            if node_type == COMM_SEND:
                 members = [r.rank, receiver.get(key, r.rank)]
                 sample = fitting.Sample(fitting.POINT_TO_POINT, size, 2, transfer[key] * 1000)
             else:

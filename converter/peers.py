@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 
 from typing import TYPE_CHECKING
 
-from .attrs import attr_dict, value_of
+from .attrs import value_of
+from .run_model import COMM, Columns, Rank, Strings, host_and_clock, ranks_at_least
 from .schema import COMM_COLL, COMM_RECV, COMM_SEND, COMM_TYPE_NAMES
 
 if TYPE_CHECKING:  # the protobuf classes: a conversion matches without loading them
@@ -48,42 +49,7 @@ SYMMETRIC = frozenset(COMM_TYPE_NAMES.index(name) for name in
                       ("ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER", "ALL_TO_ALL", "BARRIER"))
 
 
-@dataclass
-class Rank:
-    """One rank's ET as the run-level tools read it: nodes, and each node's (start us or
-    None, duration us) on the rank's own clock."""
-
-    rank: int
-    path: str
-    nodes: Sequence[Node]
-    attrs: dict[int, dict] = field(default_factory=dict)
-    times: dict[int, tuple[float | None, float]] = field(default_factory=dict)
-    host: str | None = None  # the machine it ran on, where the recording says (ET metadata)
-    clock: str | None = None  # its machine's clock (``host_clock``): one clock, one value
-    made_from: int | None = None  # not recorded: made by ``scale`` from this rank's ET
-
-    def __post_init__(self) -> None:
-        if not self.attrs:
-            self.attrs = {n.id: attr_dict(n) for n in self.nodes}
-        if not self.times:
-            from .stats import node_times  # (reads protobuf nodes: not for a conversion's facts)
-
-            self.times = {n.id: node_times(n, self.attrs[n.id]) for n in self.nodes}
-
-    def start(self) -> float:
-        return min((s for s, _ in self.times.values() if s is not None), default=0.0)
-
-
 Key = tuple[int, int]  # (rank, node id)
-
-
-@dataclass(slots=True)
-class Fact:
-    """A communication node as a conversion's workers hand it over (converter/graph.py
-    ``comm_facts``): enough to match it, without decoding the ET."""
-
-    id: int
-    type: int
 
 
 def attr_value(attrs: Mapping[str, object], name: str) -> object:
@@ -101,23 +67,16 @@ def ranks_from_facts(facts: Mapping[int, Sequence[tuple]],
     # 0.25 us apart.
     origin = min((row[3] for rows in facts.values() for row in rows if row[3] is not None),
                  default=0)
+    strings = Strings()
     ranks = []
     for rank, rows in sorted(facts.items()):
-        nodes, attrs, times = [], {}, {}
-        for _, nid, node_type, start_ps, dur_ps, comm in rows:
-            nodes.append(Fact(nid, node_type))
-            attrs[nid] = {k: v for k, v in comm.items() if v is not None}
-            times[nid] = (None if start_ps is None else (start_ps - origin) / 1e6,
-                          0.0 if dur_ps is None else dur_ps / 1e6)
-        ranks.append(Rank(rank, "", nodes, attrs, times, *host_and_clock((hosts or {}).get(rank))))
+        columns, comm = Columns(strings), {}
+        for _, nid, node_type, start_ps, dur_ps, attrs in rows:
+            columns.append(nid, node_type, None if start_ps is None else (start_ps - origin) / 1e6,
+                           0.0 if dur_ps is None else dur_ps / 1e6, COMM)
+            comm[nid] = {k: v for k, v in attrs.items() if v is not None}
+        ranks.append(Rank(rank, "", columns, comm, *host_and_clock((hosts or {}).get(rank))))
     return ranks
-
-
-def host_and_clock(meta: Mapping[str, object] | None) -> tuple[str | None, str | None]:
-    """(host, host_clock) from an ET's metadata, each None where it is not a string."""
-    meta = meta or {}
-    return tuple(v if isinstance(v, str) and v else None
-                 for v in (meta.get("host"), meta.get("host_clock")))
 
 
 @dataclass
@@ -161,20 +120,16 @@ class Peers:
         return min(column, key=lambda k: (self.wait_us[k], k))
 
 
-def ranks_at_least(ranks: Sequence[Rank]) -> int:
-    """The smallest run the ranks present can be from (where no ET states ``world_size``)."""
-    return max((r.rank for r in ranks), default=-1) + 1
-
-
-def _collectives(rank: Rank) -> list[tuple[str, Node]]:
+def _collectives(rank: Rank) -> list[tuple[str, int]]:
+    """(group, node id) of the rank's timed collectives, in the order they started."""
     found = []
-    for node in rank.nodes:
-        if node.type != COMM_COLL or rank.times[node.id][0] is None:
+    for nid, node_type, start, _ in rank.comm_nodes():
+        if node_type != COMM_COLL or start is None:
             continue
-        a = rank.attrs[node.id]
-        found.append((str(attr_value(a, "pg_name")) if "pg_name" in a else "", node))
-    found.sort(key=lambda gn: (rank.times[gn[1].id][0], gn[1].id))
-    return found
+        a = rank.comm[nid]
+        found.append((start, nid, str(attr_value(a, "pg_name")) if "pg_name" in a else ""))
+    found.sort(key=lambda found: found[:2])
+    return [(group, nid) for _, nid, group in found]
 
 
 def members_of(group: str, groups: Mapping[str, Sequence[int]], world: int) -> list[int] | None:
@@ -190,20 +145,20 @@ def match(ranks: Sequence[Rank], groups: Mapping[str, Sequence[int]], world: int
     peers = Peers()
     unmatched: dict[str, list[tuple[str, int]]] = defaultdict(list)  # why -> [(group, count)]
     present = {r.rank: r for r in ranks}
-    by_group: dict[str, dict[int, list[Node]]] = defaultdict(dict)
+    by_group: dict[str, dict[int, list[int]]] = defaultdict(dict)
     for r in ranks:
-        for group, node in _collectives(r):
-            by_group[group].setdefault(r.rank, []).append(node)
+        for group, nid in _collectives(r):
+            by_group[group].setdefault(r.rank, []).append(nid)
     for group, per_rank in by_group.items():
         members = members_of(group, groups, world)
         missing = [m for m in members if m not in present] if members is not None else None
         counts = {rank: len(seq) for rank, seq in per_rank.items()}
         if members is not None and not missing and len(members) == 1:  # a run of one: no peer
-            peers.columns += [[(members[0], n.id)] for n in per_rank.get(members[0], ())]
+            peers.columns += [[(members[0], nid)] for nid in per_rank.get(members[0], ())]
             continue
         if members is None or missing or len(set(counts.values())) > 1 or len(counts) < 2:
             for rank, seq in per_rank.items():
-                peers.unknown.update((rank, n.id) for n in seq)
+                peers.unknown.update((rank, nid) for nid in seq)
             if members is None:
                 why = "their members are not known (no comm_group.json entry)"
             elif missing:
@@ -216,7 +171,7 @@ def match(ranks: Sequence[Rank], groups: Mapping[str, Sequence[int]], world: int
             continue
         ranks_in = sorted(per_rank)
         for column in zip(*(per_rank[rank] for rank in ranks_in)):
-            peers.columns.append([(rank, node.id) for rank, node in zip(ranks_in, column)])
+            peers.columns.append(list(zip(ranks_in, column)))
     for why, where in unmatched.items():  # one line per reason, however many groups
         names = ", ".join(repr(g) for g, _ in where[:4]) + (", ..." if len(where) > 4 else "")
         peers.notes.append(f"{sum(n for _, n in where)} collectives of {len(where)} process "
@@ -230,16 +185,16 @@ def _match_sends(ranks: Sequence[Rank], peers: Peers) -> None:
     sides: dict[tuple[int, int, int], dict[int, list]] = defaultdict(lambda: defaultdict(list))
     present = {r.rank for r in ranks}
     for r in ranks:
-        for node in r.nodes:
-            if node.type not in (COMM_SEND, COMM_RECV) or r.times[node.id][0] is None:
+        for nid, node_type, start, _ in r.comm_nodes():
+            if node_type not in (COMM_SEND, COMM_RECV) or start is None:
                 continue
-            a = r.attrs[node.id]
+            a = r.comm[nid]
             if "comm_src" not in a or "comm_dst" not in a:
-                peers.unknown.add((r.rank, node.id))
+                peers.unknown.add((r.rank, nid))
                 continue
             key = (int(attr_value(a, "comm_src")), int(attr_value(a, "comm_dst")),
                    int(attr_value(a, "comm_tag")) if "comm_tag" in a else 0)
-            sides[key][node.type].append((r.times[node.id][0], node.id, r.rank))
+            sides[key][node_type].append((start, nid, r.rank))
     for (src, dst, _), by_type in sides.items():
         sends, recvs = sorted(by_type.get(COMM_SEND, ())), sorted(by_type.get(COMM_RECV, ()))
         if src not in present or dst not in present or len(sends) != len(recvs):
@@ -260,9 +215,9 @@ def clock_offsets(ranks: Sequence[Rank], peers: Peers) -> None:
         if len(column) < 2:
             continue
         rank0, nid0 = column[0]
-        a = by_rank[rank0].attrs[nid0]
+        a = by_rank[rank0].comm[nid0]
         if "comm_type" in a and int(attr_value(a, "comm_type")) in SYMMETRIC:
-            ends.append({rank: sum(by_rank[rank].times[nid]) for rank, nid in column})
+            ends.append({rank: sum(by_rank[rank].time(nid)) for rank, nid in column})
     residuals: dict[str, list[float]] = defaultdict(list)
     for column_ends in ends:
         middle = statistics.median(column_ends.values())
@@ -306,11 +261,11 @@ def split(ranks: Sequence[Rank], peers: Peers) -> None:
     for column in peers.columns:
         starts = {}
         for rank, nid in column:
-            start, _ = by_rank[rank].times[nid]
+            start, _ = by_rank[rank].time(nid)
             starts[(rank, nid)] = start - peers.offsets_us.get(rank, 0.0)
         last = max(starts.values())
         for key, start in starts.items():
-            dur = by_rank[key[0]].times[key[1]][1]
+            dur = by_rank[key[0]].time(key[1])[1]
             wait = min(max(last - start, 0.0), dur)
             peers.wait_us[key] = wait
             peers.transfer_us[key] = dur - wait
@@ -384,63 +339,3 @@ def listed(ranks: Sequence[int]) -> str:
             parts.append(f"{start}" if start == r else f"{start}-{r}")
             start = None
     return ", ".join(parts)
-
-
-GROUPS_FILE = "comm_group.json"
-
-
-def _rank_in_name(path, position: int) -> int:
-    """``<prefix>.<rank>.et`` (the reference converter's ETs carry no rank), else ``position``."""
-    from .etio import name_and_rank
-
-    rank = name_and_rank(path)[1]
-    return position if rank is None else rank
-
-
-def read_groups(folder) -> dict[str, list[int]]:
-    """The process groups of ``comm_group.json`` in ``folder`` (group -> ranks), or none."""
-    from pathlib import Path
-
-    import orjson
-
-    from chakra_hooks.common.errors import TraceFormatError
-
-    beside = Path(folder) / GROUPS_FILE
-    if not beside.exists():
-        return {}
-    try:
-        loaded = orjson.loads(beside.read_bytes())
-    except orjson.JSONDecodeError as exc:
-        raise TraceFormatError(beside, "file", f"JSON, a process group -> ranks object ({exc})"
-                               ) from None
-    if not isinstance(loaded, dict) or not all(isinstance(v, list) for v in loaded.values()):
-        raise TraceFormatError(beside, "file", "a process group -> ranks object")
-    return {str(k): [int(m) for m in v] for k, v in loaded.items()}
-
-
-def read_run(paths: Sequence) -> tuple[list[Rank], dict[str, list[int]], int]:
-    """The ETs of one run as Ranks (rank from each file's metadata, else its position), the
-    process groups from ``comm_group.json`` beside the first file, and the run's size: the
-    largest ``world_size`` an ET states, else the smallest that holds the ranks present."""
-    from pathlib import Path
-
-    from . import etio
-
-    ranks, world = [], 0
-    for position, path in enumerate(paths):
-        et = etio.read_et(path)
-        meta = {a.name: value_of(a) for a in et.metadata.attr}
-        rank = int(meta["rank"]) if isinstance(meta.get("rank"), int) else _rank_in_name(
-            path, position)
-        world = max(world, int(meta["world_size"]) if isinstance(meta.get("world_size"), int) else 0)
-        host, clock = host_and_clock(meta)
-        made = meta.get("made_from_rank")
-        ranks.append(Rank(rank, str(path), et.nodes, host=host, clock=clock,
-                          made_from=made if isinstance(made, int) else None))
-    if len({r.rank for r in ranks}) < len(ranks):
-        # One ET under several names (a one-rank --target astra-sim run, written as NPUs 0
-        # and 1): the names say which NPU each is.
-        for position, r in enumerate(ranks):
-            r.rank = _rank_in_name(r.path, position)
-    groups = read_groups(Path(str(paths[0])).parent) if paths else {}
-    return ranks, groups, world or ranks_at_least(ranks)

@@ -48,10 +48,13 @@ from chakra_hooks.common.errors import TraceFormatError
 from . import etio
 from . import network_change as nets
 from . import peers as run_peers
+from . import run_model
 from . import whatif
 from .attrs import attr_dict, make_attr, value_of
 from .schema import COMM_COLL, COMM_RECV, COMM_SEND
-from .stats import span_us
+
+_COMM = (COMM_COLL, COMM_SEND, COMM_RECV)
+from .stats import span_of
 from .targets.astra_sim import network as fitting
 from .targets.astra_sim.run_rules import RECORDED_GROUP
 
@@ -219,16 +222,17 @@ def scale_run(folder: Path, out: Path, world: int | None = None, dp: int | None 
         if rank in recorded:  # one ET under two names (a one-rank astra-sim conversion)
             continue
         recorded[rank] = (path, et)
-        machines[rank] = run_peers.host_and_clock(meta)
+        machines[rank] = run_model.host_and_clock(meta)
         if isinstance(meta.get("world_size"), int):
             recorded_world = max(recorded_world, meta["world_size"])
     recorded_world = max(recorded_world, max(recorded) + 1)
-    groups = run_peers.read_groups(folder)
+    groups = run_model.read_groups(folder)
     if world is not None and dp is not None:
         raise ValueError("--world and --dp both give the new run's size: give one")
     # The recorded ranks as the run tools read them (nodes, attributes, times).
-    base_ranks = {rank: run_peers.Rank(rank, str(path), et.nodes, host=machines[rank][0],
-                                       clock=machines[rank][1])
+    strings = run_model.Strings()
+    base_ranks = {rank: run_model.Rank.of_nodes(rank, str(path), et.nodes, strings,
+                                                host=machines[rank][0], clock=machines[rank][1])
                   for rank, (path, et) in recorded.items()}
     _restore_groups(base_ranks.values(), groups)
     new_world = world if world is not None else recorded_world * (dp or 1)
@@ -258,7 +262,7 @@ def scale_run(folder: Path, out: Path, world: int | None = None, dp: int | None 
     factors = _factors(ranks, plan, fitted, links, per_host, notes)
     before = whatif.replay_schedule(completed, completed_peers)
     after = whatif.replay_schedule(ranks, peers, factors)
-    recorded_span = max(span_us(r.times) for r in base_ranks.values())
+    recorded_span = max(span_of(r.columns) for r in base_ranks.values())
     notes += [n for n in peers.notes if "keep their recorded time" not in n] + after.notes
     files = _write(out, folder, recorded, plan, ranks, after, peers, links, network_file)
     return Scaled(plan, files, recorded_span, max(before.rank_ends(len(completed)), default=0.0),
@@ -272,10 +276,10 @@ def _restore_groups(ranks, groups: dict[str, list[int]]) -> None:
     name of their own in ``groups`` (changed in place, as the ranks' attributes are)."""
     by_members = {tuple(sorted(m)): name for name, m in groups.items()}
     for r in ranks:
-        for node in r.nodes:
-            if node.type != COMM_COLL:
+        for nid, node_type, _, _ in r.comm_nodes():
+            if node_type != COMM_COLL:
                 continue
-            a = r.attrs[node.id]
+            a = r.comm[nid]
             if RECORDED_GROUP not in a:
                 continue
             members = tuple(sorted(int(m) for m in run_peers.attr_value(a, RECORDED_GROUP)))
@@ -283,7 +287,7 @@ def _restore_groups(ranks, groups: dict[str, list[int]]) -> None:
                 name = str(max((int(k) for k in groups if k.isdigit()), default=0) + 1)
                 groups[name] = list(members)
                 by_members[members] = name
-            r.attrs[node.id] = {**a, "pg_name": by_members[members]}
+            r.comm[nid] = {**a, "pg_name": by_members[members]}
 
 
 def _groups_before(plan: Plan, groups: Mapping[str, Sequence[int]]) -> dict[str, list[int]]:
@@ -300,12 +304,12 @@ def _made_rank(recorded: Mapping[int, run_peers.Rank], plan: Plan, n: int) -> ru
     """New rank ``n`` as the run tools read it: its source's nodes and times, its own groups
     and peers (attributes of its communication nodes, as plain values)."""
     src = recorded[plan.source[n]]
-    attrs = dict(src.attrs)
+    comm = dict(src.comm)
     mapping = plan.group_of[n]
-    for node in src.nodes:
-        if node.type not in (COMM_COLL, COMM_SEND, COMM_RECV):
+    for nid, node_type, _, _ in src.comm_nodes():
+        if node_type not in (COMM_COLL, COMM_SEND, COMM_RECV):
             continue
-        a = dict(attrs[node.id])
+        a = dict(comm[nid])
         if "pg_name" in a:
             name = str(run_peers.attr_value(a, "pg_name"))
             a["pg_name"] = mapping.get(name, name)
@@ -313,8 +317,8 @@ def _made_rank(recorded: Mapping[int, run_peers.Rank], plan: Plan, n: int) -> ru
             if key in a:
                 peer = plan.peer(n, int(run_peers.attr_value(a, key)))
                 a[key] = -1 if peer is None else peer
-        attrs[node.id] = a
-    return run_peers.Rank(n, src.path, src.nodes, attrs, src.times, src.host, src.clock)
+        comm[nid] = a
+    return run_model.Rank(n, src.path, src.columns, comm, src.host, src.clock, nodes=src.nodes)
 
 
 def _new_links(fitted: nets.RunNetwork, network_file: str | None, world: int
@@ -356,13 +360,13 @@ def _factors(ranks: Sequence[run_peers.Rank], plan: Plan, fitted: nets.RunNetwor
     host_of = {r.rank: r.host for r in ranks}
     for r in ranks:
         p = r.rank % W
-        for node in r.nodes:
-            found = fitted.samples.get((p, node.id))
+        for nid, node_type, _, _ in r.comm_nodes():
+            found = fitted.samples.get((p, nid))
             if found is None:
                 continue
             dim, old = found
-            a = r.attrs[node.id]
-            if node.type == COMM_SEND:
+            a = r.comm[nid]
+            if node_type == COMM_SEND:
                 members = [r.rank, int(run_peers.attr_value(a, "comm_dst"))]
                 npus = 2
             else:
@@ -375,11 +379,11 @@ def _factors(ranks: Sequence[run_peers.Rank], plan: Plan, fitted: nets.RunNetwor
                 missing.add(new_dim)
             new_links = {d: links.get(d, links[dim]) for d in (nets.WITHIN, nets.ACROSS)}
             shape = fitting.shape_of(members, per_host) if spans and per_host else None
-            before = fitted.modelled(old, dim, fitted.shapes.get((p, node.id)), fitted.links)
+            before = fitted.modelled(old, dim, fitted.shapes.get((p, nid)), fitted.links)
             new = fitting.Sample(old.comm_type, old.size, npus, old.measured_ns)
             after = fitted.modelled(new, new_dim, shape, new_links)
             if before > 0:
-                out[(r.rank, node.id)] = after / before
+                out[(r.rank, nid)] = after / before
     for dim in sorted(missing):
         notes.append(f"dimension {dim} ({nets.DIMENSION_NAMES[dim]}) carried none of the "
                      "recorded transfers; its collectives took the recorded dimension's link "
@@ -397,7 +401,7 @@ def _write(out: Path, folder: Path, recorded: Mapping, plan: Plan,
         first_path = next(iter(recorded.values()))[0]
         prefix = etio.name_and_rank(first_path)[0]
         compressed = first_path.name.endswith(".gz")
-        per_rank = schedule.per_rank(len(ranks))
+        per_rank = schedule.per_rank(ranks)
         base = schedule.base
         for index, r in enumerate(ranks):
             _, et = recorded[plan.source[r.rank]]
@@ -407,9 +411,9 @@ def _write(out: Path, folder: Path, recorded: Mapping, plan: Plan,
                           compress=compressed)
             files.append(out / name)
         if plan.groups:
-            etio.atomic_write(staging / run_peers.GROUPS_FILE,
+            etio.atomic_write(staging / run_model.GROUPS_FILE,
                               [orjson.dumps(plan.groups, option=orjson.OPT_INDENT_2)])
-            files.append(out / run_peers.GROUPS_FILE)
+            files.append(out / run_model.GROUPS_FILE)
         if (folder / fitting.NETWORK_FILE).exists() or network_file:
             _write_astra_files(staging, folder, plan, links, network_file)
             files += [out / name for name in (fitting.NETWORK_FILE, fitting.SYSTEM_FILE,
@@ -447,17 +451,18 @@ def _retimed(r: run_peers.Rank, replayed: Mapping[int, tuple[float, float, float
 
     first = _first_start(r)
     offset_us = peers.offsets_us.get(r.rank, 0.0)
-    for node in r.nodes:
+    starts = r.columns.starts
+    for p, node in enumerate(r.nodes):
         copy = Node()
         copy.CopyFrom(node)
         attrs = attr_dict(copy)
-        mine = r.attrs[node.id]
+        mine = r.comm.get(node.id, attrs) if node.type in _COMM else attrs
         for key in ("pg_name", "comm_src", "comm_dst"):
             if key in mine and not hasattr(mine[key], "WhichOneof"):
                 _set(copy, key, mine[key])
         _drop(copy, RECORDED_GROUP)  # every rank is in the new run: the group is its own
         timed = replayed.get(node.id)
-        if timed is not None and r.times[node.id][0] is not None:
+        if timed is not None and starts[p] == starts[p]:
             finish, took, waited = timed
             # From the rank's first start, then on the run's one time base (the clock offset
             # the matching found taken out: the new run's ranks need none).
@@ -488,14 +493,14 @@ def _retimed(r: run_peers.Rank, replayed: Mapping[int, tuple[float, float, float
 def _first_start(r: run_peers.Rank) -> tuple[int, int]:
     """The rank's first start: (micros, in the finest unit its nodes carry)."""
     micros = fine = None
-    for node in r.nodes:
-        start, _ = r.times[node.id]
-        if start is None:
+    starts = r.columns.starts
+    for p, node in enumerate(r.nodes):
+        if starts[p] != starts[p]:
             continue
-        a = r.attrs[node.id]
+        a = attr_dict(node)
         for s, _, _ in _TIMES:
             if s in a:
-                value = int(run_peers.attr_value(a, s))
+                value = int(value_of(a[s]))
                 fine = value if fine is None else min(fine, value)
                 break
         if node.start_time_micros:
@@ -583,8 +588,8 @@ def render(done: Scaled, folder: Path, out: Path) -> str:
         astra = (f" | ASTRA-sim: --workload-configuration {here}/{prefix} --network-configuration "
                  f"{network} --system-configuration {here / fitting.SYSTEM_FILE} "
                  f"--remote-memory-configuration {here / fitting.MEMORY_FILE}"
-                 + (f" --comm-group-configuration {here / run_peers.GROUPS_FILE}"
-                    if (here / run_peers.GROUPS_FILE).exists() else ""))
+                 + (f" --comm-group-configuration {here / run_model.GROUPS_FILE}"
+                    if (here / run_model.GROUPS_FILE).exists() else ""))
     lines.append(f"next: chakra-hooks stats {here} | chakra-hooks whatif {here} --bandwidth 2x"
                  + astra)
     return "\n".join(lines)

@@ -49,7 +49,7 @@ from chakra_hooks.linker.pytorch.comms import classify
 
 from . import etio
 from .attrs import make_attr
-from .peers import GROUPS_FILE, read_groups
+from .run_model import GROUPS_FILE, read_groups
 from .targets.astra_sim.network import MEMORY_FILE, NETWORK_FILE, SYSTEM_FILE
 
 LEVELS = ("names", "shapes", "times")

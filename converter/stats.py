@@ -29,9 +29,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from chakra_hooks.linker.enrich.gaps import GAP_NAME
+from array import array
 
-from .attrs import attr_dict, value_of
+from .run_model import GAP, KIND_NAMES, Columns, Strings, columns_of
 from .schema import COMM_COLL, COMM_RECV, COMM_SEND, MEM_LOAD, MEM_STORE, Node
 
 _COMM = frozenset((COMM_COLL, COMM_SEND, COMM_RECV))
@@ -81,20 +81,6 @@ class RankStats:
                    if self.peer_wait_us is not None else {})}
 
 
-def node_times(node: Node, attrs: dict) -> tuple[float | None, float]:
-    """(start us or None, duration us) at the finest precision the node carries."""
-    for unit, scale in (("ns", 1e-3), ("ps", 1e-6)):
-        if f"start_{unit}" in attrs:
-            start = value_of(attrs[f"start_{unit}"]) * scale
-            key = f"duration_{unit}"
-            return start, value_of(attrs[key]) * scale if key in attrs else 0.0
-    if not node.start_time_micros:  # never set: a node outside time (metadata, untimed)
-        return None, 0.0 if "duration_unknown" in attrs else float(node.duration_micros)
-    if "duration_unknown" in attrs:
-        return float(node.start_time_micros), 0.0
-    return float(node.start_time_micros), float(node.duration_micros)
-
-
 def span_us(times: dict[int, tuple[float | None, float]]) -> float:
     """From the first start to the last end among timed nodes (``node_times`` values)."""
     starts = [s for s, _ in times.values() if s is not None]
@@ -102,89 +88,86 @@ def span_us(times: dict[int, tuple[float | None, float]]) -> float:
     return (max(ends) - min(starts)) if starts else 0.0
 
 
-def _kind(node: Node, attrs: dict) -> str:
-    if node.name == GAP_NAME:
-        return "gap"
-    if node.type in _COMM or "comm_unresolved" in attrs:  # (a NCCL kernel with no known peer)
-        return "comm"
-    if node.type in _MEM:
-        return "mem"
-    cpu = "is_cpu_op" in attrs and bool(value_of(attrs["is_cpu_op"]))
-    return "host" if cpu else "device"
+def span_of(c: Columns) -> float:
+    """``span_us`` of a rank's columns."""
+    starts, durs = c.starts, c.durs
+    timed = [p for p in range(len(starts)) if starts[p] == starts[p]]
+    return (max(starts[p] + durs[p] for p in timed) - min(starts[p] for p in timed)
+            if timed else 0.0)
 
 
-def rank_stats(path: str, nodes: Sequence[Node], waits: dict[int, float] | None = None,
+def rank_stats(path: str, nodes: Sequence[Node] | Columns, waits: dict[int, float] | None = None,
                transfers: dict[int, float] | None = None, unknown: int = 0) -> RankStats:
-    """Everything above for one ET's nodes; with ``waits`` / ``transfers`` (node id -> us, from
-    converter/peers.py), the split of its collectives' time too."""
-    attrs = {n.id: attr_dict(n) for n in nodes}
-    times = {n.id: node_times(n, attrs[n.id]) for n in nodes}
-    span = span_us(times)
-    finish, via = critical_path(nodes, {i: d for i, (_, d) in times.items()})
-    length = max(finish.values(), default=0.0)
+    """Everything above for one ET's nodes (decoded, or a rank's columns, run_model.py); with
+    ``waits`` / ``transfers`` (node id -> us, from converter/peers.py), the split of its
+    collectives' time too."""
+    c = nodes if isinstance(nodes, Columns) else columns_of(nodes, Strings())[0]
+    n = len(c)
+    durs, kinds, types = c.durs, c.kinds, c.types
+    span = span_of(c)
+    finish, via, at = longest_path(c, durs)
+    length = finish[at] if at >= 0 else 0.0
     on_path: list[int] = []
-    at = max(finish, key=finish.get) if finish else None
-    while at is not None:
+    while at >= 0:
         on_path.append(at)
-        at = via.get(at)
-    by_node = {n.id: n for n in nodes}
+        at = via[at]
     by_kind: dict[str, float] = defaultdict(float)
     by_name: dict[str, float] = defaultdict(float)
-    for nid in on_path:
-        node, dur = by_node[nid], times[nid][1]
-        by_kind[_kind(node, attrs[nid])] += dur
-        by_name[node.name] += dur
+    for p in on_path:
+        dur = durs[p]
+        by_kind[KIND_NAMES[kinds[p]]] += dur
+        by_name[c.name(p)] += dur
     path_set = set(on_path)
-    overlapped = sum(times[n.id][1] for n in nodes if n.type in _COMM and n.id not in path_set)
+    overlapped = sum(durs[p] for p in range(n) if types[p] in _COMM and p not in path_set)
     top = sorted(by_name.items(), key=lambda kv: -kv[1])[:TOP]
     moe: dict[int, float] = {}
     kv: dict[str, int] = defaultdict(int)
-    for node in nodes:
-        a = attrs[node.id]
+    for a in c.extras.values():
         if "moe_expert_tokens" in a:
-            bins = list(value_of(a["moe_expert_tokens"]))
+            bins = list(a["moe_expert_tokens"])
             mean = sum(bins) / len(bins) if bins else 0
             if mean:
-                layer = int(value_of(a["moe_layer"])) if "moe_layer" in a else -1
+                layer = int(a["moe_layer"]) if "moe_layer" in a else -1
                 moe[layer] = max(moe.get(layer, 0.0), max(bins) / mean)
         if "kv_direction" in a and "tensor_size" in a:
-            kv[str(value_of(a["kv_direction"]))] += int(value_of(a["tensor_size"]))
-    out = RankStats(path, len(nodes), span, length,
+            kv[str(a["kv_direction"])] += int(a["tensor_size"])
+    out = RankStats(path, n, span, length,
                     {k: by_kind.get(k, 0.0) for k in ("host", "device", "comm", "mem", "gap")},
-                    overlapped, top, dict(sorted(moe.items())), dict(kv),
-                    idle_time(nodes, attrs, times))
+                    overlapped, top, dict(sorted(moe.items())), dict(kv), idle_time(c))
     if waits is not None:
         out.peer_wait_us = sum(waits.values())
         out.transfer_us = sum((transfers or {}).values())
-        out.peer_wait_on_path_us = sum(waits.get(nid, 0.0) for nid in path_set)
+        ids = c.ids
+        on_path_ids = set([ids[p] for p in on_path])  # (as the ids were once: same order)
+        out.peer_wait_on_path_us = sum(waits.get(nid, 0.0) for nid in on_path_ids)
         out.wait_unknown = unknown
     return out
 
 
-def idle_time(nodes: Sequence[Node], attrs: dict[int, dict], times: dict[int, tuple]
-              ) -> dict[str, dict[str, float]]:
+def idle_time(c: Columns) -> dict[str, dict[str, float]]:
     """Per side, the lanes' idle time from the window's start to each lane's last op, and
     how much of it the gaps hold (unexplained) versus dependencies (explained)."""
-    starts = [s for s, _ in times.values() if s is not None]
-    if not starts:
+    starts, durs, kinds, lanes, cpu = c.starts, c.durs, c.kinds, c.lanes, c.cpu
+    timed = [s for s in starts if s == s]
+    if not timed:
         return {}
-    window_start = min(starts)
+    window_start = min(timed)
     busy: dict[str, list[tuple[float, float]]] = defaultdict(list)
     gaps: dict[str, float] = defaultdict(float)
     side_of: dict[str, str] = {}
-    for node in nodes:
-        a = attrs[node.id]
-        start, dur = times[node.id]
-        if start is None or "lane" not in a:
+    names = c.strings.values
+    for p in range(len(starts)):
+        start = starts[p]
+        if start != start or lanes[p] < 0:
             continue
-        lane = str(value_of(a["lane"]))
+        lane = names[lanes[p]]
         if lane.startswith("comm:"):
             continue  # a host-side collective's own resource: idle there means nothing
-        if node.name == GAP_NAME:
+        dur = durs[p]
+        if kinds[p] == GAP:
             gaps[lane] += dur
             continue
-        side_of.setdefault(lane, "host" if "is_cpu_op" in a and value_of(a["is_cpu_op"])
-                           else "device")
+        side_of.setdefault(lane, "host" if cpu[p] else "device")
         busy[lane].append((start, start + dur))
     out = {side: {"idle": 0.0, "explained": 0.0, "unexplained": 0.0} for side in ("host", "device")}
     for lane, spans in busy.items():
@@ -201,6 +184,34 @@ def idle_time(nodes: Sequence[Node], attrs: dict[int, dict], times: dict[int, tu
         part["unexplained"] += unexplained
         part["explained"] += idle - unexplained
     return out
+
+
+def longest_path(c: Columns, dur: array) -> tuple[array, array, int]:
+    """``critical_path`` over a rank's columns, by position: each node's earliest finish (nan:
+    never reached, behind a cycle), the node that decided its start (-1: none), and the node
+    that finishes last (the first to get there; -1 for no node)."""
+    n = len(c)
+    user_at, users = c.users()
+    dep_at = c.dep_at
+    waiting = array("q", (dep_at[p + 1] - dep_at[p] for p in range(n)))
+    ready = [p for p in range(n) if waiting[p] == 0]
+    start = array("d", bytes(8 * n))
+    via = array("q", [-1]) * n
+    finish = array("d", [float("nan")]) * n
+    best, last = 0.0, -1
+    while ready:
+        p = ready.pop()
+        f = finish[p] = start[p] + dur[p]
+        if last < 0 or f > best:
+            best, last = f, p
+        for k in range(user_at[p], user_at[p + 1]):
+            user = users[k]
+            if via[user] < 0 or f > start[user]:
+                start[user], via[user] = f, p
+            waiting[user] -= 1
+            if waiting[user] == 0:
+                ready.append(user)
+    return finish, via, last
 
 
 def critical_path(nodes: Sequence[Node], dur: dict[int, float]

@@ -394,38 +394,88 @@ def build(recorded: Sequence[RankTimeline], predicted: Sequence[RankTimeline] = 
                           "what_if": change or None}}
 
 
+DRAW_ALL_UP_TO = 16  # ranks: a bigger run draws the ranks that matter (``ranks_that_matter``)
+
+
+def ranks_that_matter(ranks: Sequence, peers) -> dict[int, str]:
+    """rank -> why it is drawn, of a run too big to draw whole: the straggler (the rank its
+    peers waited for longest), the rank of the longest recorded span and the rank of the
+    median span."""
+    from .stats import span_of
+
+    why: dict[int, list[str]] = defaultdict(list)
+    waited: dict[int, float] = defaultdict(float)
+    for column in peers.columns:
+        last = peers.last_arrival(column)
+        waited[last[0]] += sum(peers.wait_us[k] for k in column if k != last)
+    if waited and max(waited.values()) > 0:
+        why[max(waited, key=lambda rank: (waited[rank], -rank))].append("straggler")
+    spans = sorted((span_of(r.columns), r.rank) for r in ranks)
+    if spans:
+        why[spans[-1][1]].append("longest span")
+        why[spans[(len(spans) - 1) // 2][1]].append("median span")
+    return {rank: ", ".join(reasons) for rank, reasons in why.items()}
+
+
+@dataclass
+class Drawn:
+    """What ``draw_files`` drew: the recorded and predicted timelines of the ranks drawn, and
+    of a big run, why each was drawn and how many were left out."""
+
+    recorded: list[RankTimeline]
+    predicted: list[RankTimeline]
+    why: dict[int, str] = field(default_factory=dict)
+    left_out: int = 0
+
+
 def draw_files(paths: Sequence[Path], change: Change | None = None, described: str = "",
                flows: bool = True, only: set[int] | None = None,
-               comm_from: Sequence[Path] | None = None
-               ) -> tuple[bytes, list[RankTimeline], list[RankTimeline]]:
+               comm_from: Sequence[Path] | None = None, show: set[int] | None = None,
+               every_rank: bool = False) -> tuple[bytes, Drawn]:
     """The Chrome Trace Event JSON of the ETs of one run, each collective's wait for its peers
     apart, with the schedule predicted under ``change`` (on the ranks in ``only``; with
     ``comm_from``, the ETs of another run whose transfers the collectives take) when given:
-    the ranks replayed together, as ``whatif`` does."""
+    the ranks replayed together, as ``whatif`` does. A run of more than ``DRAW_ALL_UP_TO``
+    ranks draws the ranks that matter and those in ``show``, unless ``every_rank``; every rank
+    is replayed either way."""
     from chakra_hooks.linker.gc_pause import gc_paused
 
+    from . import etio
     from . import peers as run_peers
+    from . import run_model
     from . import whatif
 
     recorded, predicted = [], []
     with gc_paused():  # millions of small objects, none in a reference cycle
-        ranks, groups, world = run_peers.read_run(list(paths))
+        small = len(paths) <= DRAW_ALL_UP_TO or every_rank
+        ranks, groups, world = run_model.read_run(list(paths), keep_nodes=small, progress=None,
+                                                  workers=None)
         peers = run_peers.analyse(ranks, groups, world)
-        values = [node_values(r.nodes) for r in ranks]
-        for r, v in zip(ranks, values):
-            tl = schedule(r.rank, r.path, r.nodes, values=v)
+        why: dict[int, str] = {}
+        drawn = list(range(len(ranks)))
+        if len(ranks) > DRAW_ALL_UP_TO and not every_rank:
+            why = ranks_that_matter(ranks, peers)
+            for rank in sorted(show or ()):
+                why.setdefault(rank, "asked for")
+            drawn = [i for i, r in enumerate(ranks) if r.rank in why]
+        nodes = {i: ranks[i].nodes or etio.read_et(ranks[i].path).nodes for i in drawn}
+        values = {i: node_values(nodes[i]) for i in drawn}
+        for i in drawn:
+            r = ranks[i]
+            tl = schedule(r.rank, r.path, nodes[i], values=values[i])
             add_waits(tl, {nid: t for (rank, nid), t in peers.wait_us.items() if rank == r.rank})
             recorded.append(tl)
         if change is not None:
             elsewhere = None
             if comm_from is not None:
-                theirs = run_peers.read_run(list(comm_from))
+                theirs = run_model.read_run(list(comm_from))
                 elsewhere = whatif.run_comm_times(theirs[0], run_peers.analyse(*theirs))
             run = whatif.replay_run(ranks, change, only, peers, elsewhere)
-            replayed = run.after.per_rank(len(ranks))
-            for index, (r, v) in enumerate(zip(ranks, values)):
-                predicted.append(from_run(r.rank, r.path, r.nodes, v, replayed[index],
+            replayed = run.after.per_rank(ranks, drawn)
+            for i in drawn:
+                r = ranks[i]
+                predicted.append(from_run(r.rank, r.path, nodes[i], values[i], replayed[i],
                                           round(run.origin_us * PS_PER_US),
-                                          run.ranks[index].predicted_us))
+                                          run.ranks[i].predicted_us))
         doc = build(recorded, predicted, described if change is not None else "", flows)
-        return orjson.dumps(doc), recorded, predicted
+        return orjson.dumps(doc), Drawn(recorded, predicted, why, len(ranks) - len(drawn))

@@ -24,16 +24,15 @@ path's make-up before and after (``peer``: time on the path spent on other ranks
 
 from __future__ import annotations
 
+from array import array
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from chakra_hooks.linker.enrich.gaps import GAP_NAME
-
 from . import peers as run_peers
-from .attrs import attr_dict, value_of
+from .run_model import Columns, Rank
 from .schema import COMM_COLL, COMM_RECV, COMM_SEND, CollectiveCommType, Node
-from .stats import critical_path, node_times, span_us
+from .stats import longest_path, span_of
 
 _COMM = frozenset((COMM_COLL, COMM_SEND, COMM_RECV))
 COMM_TYPES = {CollectiveCommType.Name(v).lower(): v for v in CollectiveCommType.values()}
@@ -105,113 +104,159 @@ class RunWhatIf:
                 "matched_collectives": self.matched, "wait_unknown": self.unknown}
 
 
-def _kind(node: Node) -> str:
-    if node.name == GAP_NAME:
-        return "gap"
-    if node.type in _COMM:
-        return "comm"
-    # A NCCL kernel whose launch is not in the trace is a COMP node (no peer is known), but
-    # communication all the same: --comm scales it, --compute does not.
-    return "comm" if any(a.name == UNRESOLVED for a in node.attr) else "compute"
+# whatif's kind of each of run_model's: host ops, kernels and memory are all compute; a NCCL
+# kernel whose launch is not in the trace is communication all the same (--comm scales it).
+KIND_OF = ("compute", "compute", "comm", "compute", "gap")
 
 
-def collectives_in_order(nodes: Sequence[Node], times: dict[int, tuple]) -> list[Node]:
-    """The communication nodes of one ET in the order they started (then by id)."""
-    comm = [n for n in nodes if n.type in _COMM and times[n.id][0] is not None]
-    return sorted(comm, key=lambda n: (times[n.id][0], n.id))
+def collectives_in_order(c: Columns) -> list[int]:
+    """The positions of one rank's communication nodes in the order they started (then by id)."""
+    starts, types, ids = c.starts, c.types, c.ids
+    timed = [p for p in range(len(c)) if types[p] in _COMM and starts[p] == starts[p]]
+    return sorted(timed, key=lambda p: (starts[p], ids[p]))
 
 
-def durations(nodes: Sequence[Node], attrs: dict[int, dict], times: dict[int, tuple],
-              change: Change = Change(), measured_elsewhere: Sequence[float] | None = None,
-              path: str = "") -> tuple[dict[int, float], dict[int, float]]:
-    """Per node id, (the measured duration, the changed one), us. ``measured_elsewhere``: each
-    collective in start order takes those durations (ValueError when the counts differ)."""
-    measured = {i: d for i, (_, d) in times.items()}
-    changed = dict(measured)
+def durations(r: Rank, change: Change = Change(),
+              measured_elsewhere: Sequence[float] | None = None) -> tuple[array, array]:
+    """By position, (the measured durations, the changed ones), us. ``measured_elsewhere``:
+    each collective in start order takes those durations (ValueError when the counts
+    differ)."""
+    c = r.columns
+    measured = c.durs
+    changed = array("d", measured)
     by_type = change.comm_by_type or {}
-    for node in nodes:
-        kind = _kind(node)
-        if kind == "compute":
-            changed[node.id] *= change.compute
-        elif kind == "comm":
-            factor = change.comm
-            a = attrs[node.id]
-            if "comm_type" in a and int(value_of(a["comm_type"])) in by_type:
-                factor = by_type[int(value_of(a["comm_type"]))]
-            changed[node.id] *= factor
+    if change.compute != 1.0 or change.comm != 1.0 or by_type:  # (x 1.0 changes nothing)
+        kinds, ids = c.kinds, c.ids
+        for p in range(len(changed)):
+            kind = KIND_OF[kinds[p]]
+            if kind == "compute":
+                changed[p] *= change.compute
+            elif kind == "comm":
+                factor = change.comm
+                a = r.comm.get(ids[p], {})
+                if "comm_type" in a and int(run_peers.attr_value(a, "comm_type")) in by_type:
+                    factor = by_type[int(run_peers.attr_value(a, "comm_type"))]
+                changed[p] *= factor
     if measured_elsewhere is not None:
-        ordered = collectives_in_order(nodes, times)
+        ordered = collectives_in_order(c)
         if len(ordered) != len(measured_elsewhere):
-            raise ValueError(f"{path}: {len(ordered)} collectives, but the other run has "
+            raise ValueError(f"{r.path}: {len(ordered)} collectives, but the other run has "
                              f"{len(measured_elsewhere)} for this rank: not the same program")
-        for node, dur in zip(ordered, measured_elsewhere):
-            changed[node.id] = dur
+        for p, dur in zip(ordered, measured_elsewhere):
+            changed[p] = dur
     return measured, changed
 
 
-def replay(path: str, nodes: Sequence[Node], change: Change = Change(),
+def as_rank(path: str, nodes: Sequence[Node] | Rank) -> Rank:
+    """A rank of decoded nodes (the one-rank tools' input) in the run model."""
+    return nodes if isinstance(nodes, Rank) else Rank.of_nodes(-1, path, nodes, keep=False)
+
+
+def replay(path: str, nodes: Sequence[Node] | Rank, change: Change = Change(),
            measured_elsewhere: Sequence[float] | None = None) -> RankWhatIf:
     """One rank's replay before and after ``change`` (and, with ``measured_elsewhere``, each
     collective in start order taking those durations, us)."""
-    attrs = {n.id: attr_dict(n) for n in nodes}
-    times = {n.id: node_times(n, attrs[n.id]) for n in nodes}
-    span = span_us(times)
-    measured, changed = durations(nodes, attrs, times, change, measured_elsewhere, path)
-    before = _path(nodes, measured)
-    after = _path(nodes, changed)
+    r = as_rank(path, nodes)
+    span = span_of(r.columns)
+    measured, changed = durations(r, change, measured_elsewhere)
+    before = _path(r.columns, measured)
+    after = _path(r.columns, changed)
     return RankWhatIf(path, span, before[0], after[0], before[1], after[1])
 
 
-def _path(nodes: Sequence[Node], dur: dict[int, float]) -> tuple[float, dict[str, float]]:
-    finish, via = critical_path(nodes, dur)
-    if not finish:
+def _path(c: Columns, dur: array) -> tuple[float, dict[str, float]]:
+    finish, via, at = longest_path(c, dur)
+    if at < 0:
         return 0.0, dict.fromkeys(KINDS, 0.0)
-    by_node = {n.id: n for n in nodes}
     made_of = dict.fromkeys(KINDS, 0.0)
-    at = max(finish, key=finish.get)
     length = finish[at]
-    while at is not None:
-        made_of[_kind(by_node[at])] += dur.get(at, 0.0)
-        at = via.get(at)
+    kinds = c.kinds
+    while at >= 0:
+        made_of[KIND_OF[kinds[at]]] += dur[at]
+        at = via[at]
     return length, made_of
 
 
-_STRIDE = 1 << 40  # key of a node in the run: rank index * _STRIDE + node id
+_STRIDE = 1 << 40  # a node's place in the run's order: rank index * _STRIDE + node id
 
 
 @dataclass
 class Schedule:
-    """A replay of the run: per node key (rank index * _STRIDE + node id), its finish (us
-    from the run's first start), the node that decided its start, its duration as replayed
-    (a matched collective: its wait for peers and its transfer) and that wait."""
+    """A replay of the run, over its nodes numbered rank after rank (``first[i]`` + a node's
+    position in rank i's columns): each node's finish (us from the run's first start; nan for a
+    node never run), the node that decided its start (-1: none), its duration as replayed (a
+    matched collective: its wait for peers and its transfer), its wait (matched collectives),
+    and the order in which the nodes finished."""
 
-    finish: dict[int, float]
-    via: dict[int, int]
-    took: dict[int, float]
+    finish: array
+    via: array
+    took: array
     waited: dict[int, float]
+    sequence: array
+    first: list[int]
+    rank_of: array  # by node number, its rank's index
     notes: list[str]
     base: list[float] = field(default_factory=list)  # by rank index: its first start
 
     def rank_ends(self, ranks: int) -> list[float]:
         """Each rank's last finish (by rank index), in one pass."""
         ends = [0.0] * ranks
-        for key, t in self.finish.items():
-            index = key // _STRIDE
-            if t > ends[index]:
-                ends[index] = t
+        finish, first = self.finish, self.first
+        for i in range(ranks):
+            end = ends[i]
+            for g in range(first[i], first[i + 1]):
+                t = finish[g]
+                if t > end:
+                    end = t
+            ends[i] = end
         return ends
 
-    def per_rank(self, ranks: int) -> list[dict[int, tuple[float, float, float]]]:
-        """By rank index, node id -> (finish, duration, wait), in one pass."""
-        out: list[dict[int, tuple[float, float, float]]] = [{} for _ in range(ranks)]
-        for key, t in self.finish.items():
-            index = key // _STRIDE
-            out[index][key - index * _STRIDE] = (t, self.took.get(key, 0.0),
-                                                 self.waited.get(key, 0.0))
+    def per_rank(self, ranks: Sequence[Rank], only: Sequence[int] | None = None
+                 ) -> list[dict[int, tuple[float, float, float]]]:
+        """By rank index, node id -> (finish, duration, wait), in the order they finished; of
+        the rank indices in ``only`` (the others empty), or of all."""
+        out: list[dict[int, tuple[float, float, float]]] = [{} for _ in ranks]
+        ids = [r.columns.ids for r in ranks]
+        wanted = bytearray([only is None]) * len(ranks)
+        for i in only or ():
+            wanted[i] = 1
+        rank_of = self.rank_of
+        finish, took, waited, first = self.finish, self.took, self.waited, self.first
+        for g in self.sequence:
+            i = rank_of[g]
+            if wanted[i]:
+                out[i][ids[i][g - first[i]]] = (finish[g], took[g], waited.get(g, 0.0))
         return out
 
+    def ends_by(self, ranks: int) -> list[int]:
+        """Per rank index, the node that finished it (the first to reach its last finish), or
+        -1: one pass over the order the nodes finished in."""
+        best, by = [float("-inf")] * ranks, [-1] * ranks
+        rank_of = self.rank_of
+        finish = self.finish
+        for g in self.sequence:
+            i = rank_of[g]
+            if finish[g] > best[i]:
+                best[i], by[i] = finish[g], g
+        return by
 
-def replay_run(ranks: Sequence[run_peers.Rank], change: Change = Change(),
+
+def _firsts(ranks: Sequence[Rank]) -> list[int]:
+    first = [0]
+    for r in ranks:
+        first.append(first[-1] + len(r.columns))
+    return first
+
+
+def _rank_of(first: Sequence[int]) -> array:
+    """By the run's node number, the index of its rank."""
+    out = array("i")
+    for i in range(len(first) - 1):
+        out.extend(array("i", [i]) * (first[i + 1] - first[i]))
+    return out
+
+
+def replay_run(ranks: Sequence[Rank], change: Change = Change(),
                only: set[int] | None = None, peers: run_peers.Peers | None = None,
                comm_from: Mapping[int, Sequence[float]] | None = None,
                per_rank: Mapping[int, Change] | None = None,
@@ -224,39 +269,43 @@ def replay_run(ranks: Sequence[run_peers.Rank], change: Change = Change(),
     network change (converter/network_change.py)."""
     peers = peers or run_peers.analyse(ranks)
     origin, base = _starts(ranks, peers)
-    measured, transfer = {}, {}
-    changed, changed_transfer = {}, {}
+    first = _firsts(ranks)
+    measured, changed = array("d"), array("d")
+    transfer, changed_transfer = {}, {}
     for index, r in enumerate(ranks):
         change_here = Change() if only is not None and r.rank not in only else change
         if per_rank is not None:
             change_here = per_rank.get(r.rank, Change())
-        mine, theirs = durations(r.nodes, r.attrs, r.times, change_here)
+        mine, theirs = durations(r, change_here)
         elsewhere = comm_from.get(r.rank) if comm_from is not None else None
         if comm_from is not None and elsewhere is None:
             raise ValueError(f"{r.path}: the other run has no ET of rank {r.rank}")
         if elsewhere is not None:
-            ordered = collectives_in_order(r.nodes, r.times)
+            ordered = collectives_in_order(r.columns)
             if len(ordered) != len(elsewhere):
                 raise ValueError(f"{r.path}: {len(ordered)} collectives, but the other run has "
                                  f"{len(elsewhere)} for this rank: not the same program")
-        for nid, dur in mine.items():
-            key = index * _STRIDE + nid
-            measured[key], changed[key] = dur, theirs[nid]
-            if (r.rank, nid) in peers.transfer_us:
-                took = peers.transfer_us[(r.rank, nid)]
+        measured.extend(mine)
+        changed.extend(theirs)
+        at = first[index]
+        for nid in r.comm:
+            took = peers.transfer_us.get((r.rank, nid))
+            if took is not None:
+                p = r.position(nid)
+                key, dur = at + p, mine[p]
                 transfer[key] = took
-                changed_transfer[key] = took * (theirs[nid] / dur if dur else 1.0)
+                changed_transfer[key] = took * (theirs[p] / dur if dur else 1.0)
         if elsewhere is not None:
-            for node, took in zip(ordered, elsewhere):
-                key = index * _STRIDE + node.id
+            for p, took in zip(ordered, elsewhere):
+                key = at + p
                 if key in transfer:
                     changed_transfer[key] = took
                 else:
                     changed[key] = took
-        for node in r.nodes if comm_factors else ():
-            factor = comm_factors.get((r.rank, node.id))
+        for nid in r.comm if comm_factors else ():
+            factor = comm_factors.get((r.rank, nid))
             if factor is not None:
-                key = index * _STRIDE + node.id
+                key = at + r.position(nid)
                 if key in transfer:
                     changed_transfer[key] *= factor
                 else:
@@ -264,20 +313,24 @@ def replay_run(ranks: Sequence[run_peers.Rank], change: Change = Change(),
     before = _schedule(ranks, peers, base, measured, transfer)
     after = _schedule(ranks, peers, base, changed, changed_transfer)
     ends_before, ends_after = before.rank_ends(len(ranks)), after.rank_ends(len(ranks))
-    by_key = {i * _STRIDE + n.id: n for i, r in enumerate(ranks) for n in r.nodes}
-    out = [RankWhatIf(r.path, span_us(r.times), ends_before[index] - base[index],
-                      ends_after[index] - base[index],
-                      _made_of(by_key, before, index, measured),
-                      _made_of(by_key, after, index, changed))
+    made_before = _made_of(ranks, before, measured)
+    made_after = _made_of(ranks, after, changed)
+    out = [RankWhatIf(r.path, span_of(r.columns), ends_before[index] - base[index],
+                      ends_after[index] - base[index], made_before[index], made_after[index])
            for index, r in enumerate(ranks)]
-    ends = [max((s + d for s, d in r.times.values() if s is not None), default=0.0)
-            - peers.offsets_us.get(r.rank, 0.0) for r in ranks]
+    ends = [_last_end(r.columns) - peers.offsets_us.get(r.rank, 0.0) for r in ranks]
     return RunWhatIf(out, max(ends, default=0.0) - origin, max(ends_before, default=0.0),
                      max(ends_after, default=0.0), len(peers.columns), len(peers.unknown),
                      peers.notes + before.notes + after.notes, before, after, origin)
 
 
-def _starts(ranks: Sequence[run_peers.Rank], peers: run_peers.Peers) -> tuple[float, list[float]]:
+def _last_end(c: Columns) -> float:
+    starts, durs = c.starts, c.durs
+    return max((starts[p] + durs[p] for p in range(len(starts)) if starts[p] == starts[p]),
+               default=0.0)
+
+
+def _starts(ranks: Sequence[Rank], peers: run_peers.Peers) -> tuple[float, list[float]]:
     """The run's first start on the corrected clocks, and each rank's first start from it (the
     schedules' 0 and each rank's base)."""
     starts = [r.start() - peers.offsets_us.get(r.rank, 0.0) for r in ranks]
@@ -285,23 +338,24 @@ def _starts(ranks: Sequence[run_peers.Rank], peers: run_peers.Peers) -> tuple[fl
     return origin, [start - origin for start in starts]
 
 
-def replay_schedule(ranks: Sequence[run_peers.Rank], peers: run_peers.Peers,
+def replay_schedule(ranks: Sequence[Rank], peers: run_peers.Peers,
                     comm_factors: Mapping[run_peers.Key, float] | None = None) -> Schedule:
     """The run replayed as ``replay_run`` replays it, with the recorded durations and each
     communication node's transfer (its whole time where it was not matched) times its
     ``comm_factors`` entry; ``base`` set."""
     _, base = _starts(ranks, peers)
-    dur, transfer = {}, {}
+    first = _firsts(ranks)
+    dur, transfer = array("d"), {}
     factors = comm_factors or {}
     for index, r in enumerate(ranks):
-        for nid, (_, took) in r.times.items():
-            key = index * _STRIDE + nid
+        dur.extend(r.columns.durs)
+        for nid in r.comm:
             factor = factors.get((r.rank, nid), 1.0)
+            key = first[index] + r.position(nid)
             if (r.rank, nid) in peers.transfer_us:
-                dur[key] = took
                 transfer[key] = peers.transfer_us[(r.rank, nid)] * factor
             else:
-                dur[key] = took * factor
+                dur[key] = dur[key] * factor
     schedule = _schedule(ranks, peers, base, dur, transfer)
     schedule.base = base
     return schedule
@@ -336,9 +390,11 @@ class Straggler:
                 "slowdown": round(self.slowdown, 4)}
 
 
-def compute_us(rank: run_peers.Rank) -> float:
+def compute_us(rank: Rank) -> float:
     """A rank's compute: its compute nodes' durations (not gaps, not communication) added up."""
-    return sum(rank.times[n.id][1] for n in rank.nodes if _kind(n) == "compute")
+    c = rank.columns
+    kinds, durs = c.kinds, c.durs
+    return sum(durs[p] for p in range(len(kinds)) if KIND_OF[kinds[p]] == "compute")
 
 
 def straggler(ranks: Sequence[run_peers.Rank], peers: run_peers.Peers) -> Straggler:
@@ -391,86 +447,104 @@ def comm_from_problems(ranks: Sequence[run_peers.Rank], groups: Mapping[str, Seq
             f"so it predicts that run no better than that"]
 
 
-def run_comm_times(ranks: Sequence[run_peers.Rank], peers: run_peers.Peers | None = None
+def run_comm_times(ranks: Sequence[Rank], peers: run_peers.Peers | None = None
                    ) -> dict[int, list[float]]:
     """Per rank, its communication nodes' times in start order, as another run's
     ``replay_run`` takes them: the transfer where the collective was matched, else the whole
     recorded time."""
     peers = peers or run_peers.analyse(ranks)
-    return {r.rank: [peers.transfer_us.get((r.rank, n.id), r.times[n.id][1])
-                     for n in collectives_in_order(r.nodes, r.times)] for r in ranks}
+    out = {}
+    for r in ranks:
+        ids, durs = r.columns.ids, r.columns.durs
+        out[r.rank] = [peers.transfer_us.get((r.rank, ids[p]), durs[p])
+                       for p in collectives_in_order(r.columns)]
+    return out
 
 
-def _schedule(ranks: Sequence[run_peers.Rank], peers: run_peers.Peers, base: list[float],
-              dur: dict[int, float], transfer: dict[int, float]) -> Schedule:
+def _schedule(ranks: Sequence[Rank], peers: run_peers.Peers, base: list[float],
+              dur: array, transfer: dict[int, float]) -> Schedule:
     """The run's replay (``Schedule``) with durations ``dur`` and matched collectives'
-    ``transfer``s. Kahn's algorithm over every rank's dependencies; a matched collective's members are held
-    until the last of them is ready, then each ends its own transfer after that moment. Where
-    ranks' orders contradict each other (no schedule lets every member arrive), the
-    collectives still held are released one by one as one-rank nodes, and that is noted."""
+    ``transfer``s (both by the run's node numbers). Kahn's algorithm over every rank's
+    dependencies; a matched collective's members are held until the last of them is ready,
+    then each ends its own transfer after that moment. Where ranks' orders contradict each
+    other (no schedule lets every member arrive), the collectives still held are released one
+    by one as one-rank nodes, and that is noted."""
+    first = _firsts(ranks)
+    total = first[-1]
+    rank_of = _rank_of(first)
     index_of = {r.rank: i for i, r in enumerate(ranks)}
     column_of: dict[int, int] = {}
     for c, column in enumerate(peers.columns):
         for rank, nid in column:
-            column_of[index_of[rank] * _STRIDE + nid] = c
-    deps: dict[int, list[int]] = {}
-    for i, r in enumerate(ranks):
-        known = r.times
-        for n in r.nodes:
-            deps[i * _STRIDE + n.id] = [i * _STRIDE + d for d in (*n.data_deps, *n.ctrl_deps)
-                                        if d != n.id and d in known]
-    users: dict[int, list[int]] = defaultdict(list)
-    waiting = {}
-    for key, ds in deps.items():
-        waiting[key] = len(ds)
-        for d in ds:
-            users[d].append(key)
-    finish: dict[int, float] = {}
-    via: dict[int, int] = {}
-    took: dict[int, float] = {}
+            i = index_of[rank]
+            column_of[first[i] + ranks[i].position(nid)] = c
+    columns = [r.columns for r in ranks]
+    users = [c.users() for c in columns]
+    waiting = array("q")
+    for c in columns:
+        dep_at = c.dep_at
+        waiting.extend(array("q", (dep_at[p + 1] - dep_at[p] for p in range(len(c)))))
+    finish = array("d", [float("nan")]) * total
+    via = array("q", [-1]) * total
+    took = array("d", bytes(8 * total))
+    sequence = array("q")
     waited: dict[int, float] = {}
     arrived: dict[int, dict[int, float]] = defaultdict(dict)  # column -> member -> ready time
     released: set[int] = set()
     notes: list[str] = []
-    ready = [key for key, count in waiting.items() if count == 0]
+    ready = [g for g in range(total) if waiting[g] == 0]
 
     def ready_time(key: int) -> float:
-        best, by = base[key // _STRIDE], None
-        for d in deps[key]:
-            if finish[d] > best or by is None and finish[d] == best:
-                best, by = finish[d], d
-        if by is not None:
+        i = rank_of[key]
+        at = first[i]
+        c = columns[i]
+        p = key - at
+        deps = c.deps
+        best, by = base[i], -1
+        for k in range(c.dep_at[p], c.dep_at[p + 1]):
+            d = deps[k] + at
+            fd = finish[d]
+            if fd > best or by < 0 and fd == best:
+                best, by = fd, d
+        if by >= 0:
             via[key] = by
         return best
 
-    def done(key: int, at: float) -> None:
-        finish[key] = at
-        for user in users.get(key, ()):
+    def done(key: int, t: float) -> None:
+        finish[key] = t
+        sequence.append(key)
+        i = rank_of[key]
+        at = first[i]
+        user_at, rank_users = users[i]
+        p = key - at
+        for k in range(user_at[p], user_at[p + 1]):
+            user = rank_users[k] + at
             waiting[user] -= 1
             if waiting[user] == 0:
                 ready.append(user)
 
+    def order_key(key: int) -> int:  # the run's order of node ids, as ranks' orders tie-break
+        i = rank_of[key]
+        return i * _STRIDE + columns[i].ids[key - first[i]]
+
     while True:
         while ready:
             key = ready.pop()
-            at = ready_time(key)
+            t = ready_time(key)
             column = column_of.get(key)
             if column is None or column in released:
-                took[key] = dur.get(key, 0.0)
-                done(key, at + took[key])
+                took[key] = dur[key]
+                done(key, t + took[key])
                 continue
             members = arrived[column]
-            members[key] = at
+            members[key] = t
             if len(members) < len(peers.columns[column]):
                 continue
-            last_key = max(members, key=lambda k: (members[k], -k))
+            last_key = max(members, key=lambda k: (members[k], -order_key(k)))
             last = members[last_key]
             for member, when in members.items():
                 if member != last_key and last > when:  # it waited: the path goes to the last
-                    if last_key in via:
-                        via[member] = via[last_key]
-                    else:
-                        via.pop(member, None)
+                    via[member] = via[last_key]
                 took[member] = last - when + transfer.get(member, 0.0)
                 waited[member] = last - when
                 done(member, last + transfer.get(member, 0.0))
@@ -484,33 +558,34 @@ def _schedule(ranks: Sequence[run_peers.Rank], peers: run_peers.Peers, base: lis
         notes.append(f"replay: collective {peers.columns[c]} could not gather its members "
                      "(the ranks' orders disagree); replayed per rank")
         for member, when in arrived[c].items():
-            took[member] = dur.get(member, 0.0)
+            took[member] = dur[member]
             done(member, when + took[member])
-    return Schedule(finish, via, took, waited, notes)
+    return Schedule(finish, via, took, waited, sequence, first, rank_of, notes)
 
 
-def _made_of(by_key: Mapping[int, Node], schedule: Schedule, index: int,
-             dur: dict[int, float]) -> dict[str, float]:
-    """The critical path that ends rank ``index`` by kind; ``peer``: time on other ranks."""
-    finish, via, took = schedule.finish, schedule.via, schedule.took
-    made_of = dict.fromkeys(RUN_KINDS, 0.0)
-    mine = [key for key in finish if key // _STRIDE == index]
-    if not mine:
-        return made_of
-    at: int | None = max(mine, key=finish.get)
-    while at is not None:
-        before = via.get(at)
-        part = finish[at] - finish[before] if before is not None else took.get(at, 0.0)
-        made_of["peer" if at // _STRIDE != index else _kind(by_key[at])] += max(part, 0.0)
-        at = before
-    return made_of
+def _made_of(ranks: Sequence[Rank], schedule: Schedule, dur: array) -> list[dict[str, float]]:
+    """Per rank index, the critical path that ends it by kind; ``peer``: time on other
+    ranks."""
+    finish, via, took, first = schedule.finish, schedule.via, schedule.took, schedule.first
+    rank_of = schedule.rank_of
+    out = []
+    for index, at in enumerate(schedule.ends_by(len(ranks))):
+        made_of = dict.fromkeys(RUN_KINDS, 0.0)
+        while at >= 0:
+            before = via[at]
+            part = finish[at] - finish[before] if before >= 0 else took[at]
+            i = rank_of[at]
+            kind = "peer" if i != index else KIND_OF[ranks[i].columns.kinds[at - first[i]]]
+            made_of[kind] += max(part, 0.0)
+            at = before
+        out.append(made_of)
+    return out
 
 
 def collective_durations(nodes: Sequence[Node]) -> list[float]:
     """Measured durations (us) of one ET's collectives in start order (for ``comm_from``)."""
-    attrs = {n.id: attr_dict(n) for n in nodes}
-    times = {n.id: node_times(n, attrs[n.id]) for n in nodes}
-    return [times[n.id][1] for n in collectives_in_order(nodes, times)]
+    c = as_rank("", nodes).columns
+    return [c.durs[p] for p in collectives_in_order(c)]
 
 
 def parse_factor(text: str) -> float:

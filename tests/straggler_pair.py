@@ -12,6 +12,7 @@ from pathlib import Path
 
 from chakra_hooks.convert import convert_paths
 from chakra_hooks.converter import peers as run_peers
+from chakra_hooks.converter import run_model
 from chakra_hooks.converter import whatif
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,7 +47,7 @@ def record(root: Path, slows: tuple[int, ...]) -> list[Run]:
         assert (capture / "manifest.json").exists(), f"no capture for --slow {slow}"
         out = root / f"{index}-slow{slow}_et"
         convert_paths([capture], out, progress=False, warn=lambda _: None)
-        ranks, groups, world = run_peers.read_run(sorted(out.glob("*.et")))
+        ranks, groups, world = run_model.read_run(sorted(out.glob("*.et")))
         runs.append(Run(capture, out, ranks, run_peers.analyse(ranks, groups, world)))
     return runs
 

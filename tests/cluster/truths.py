@@ -9,6 +9,7 @@ from pathlib import Path
 
 from chakra_hooks.converter import network_change as nets
 from chakra_hooks.converter import peers as run_peers
+from chakra_hooks.converter import run_model
 from chakra_hooks.converter import whatif
 
 from .run import Phase
@@ -75,7 +76,7 @@ class Run:
 
     @classmethod
     def read(cls, folder: Path) -> Run:
-        ranks, groups, world = run_peers.read_run(sorted(Path(folder).glob("*.et")))
+        ranks, groups, world = run_model.read_run(sorted(Path(folder).glob("*.et")))
         return cls(ranks, groups, world, run_peers.analyse(ranks, groups, world))
 
     def span_us(self) -> float:

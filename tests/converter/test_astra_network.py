@@ -17,7 +17,8 @@ from chakra_hooks.convert import convert_paths
 from chakra_hooks.converter import etio, whatif
 from chakra_hooks.converter.targets.astra_sim.network import Sample, fit, modelled_ns
 from chakra_hooks.converter.attrs import attr_dict, value_of
-from chakra_hooks.converter.stats import node_times, rank_stats
+from chakra_hooks.converter.run_model import node_times
+from chakra_hooks.converter.stats import rank_stats
 from chakra_hooks.linker.model import CommType
 
 ASTRA_RUN = Path(__file__).resolve().parents[3] / "shared" / "tools" / "astra-run"
@@ -66,14 +67,14 @@ def test_network_is_fitted_to_transfers_not_to_waits_for_peers(corpus, tmp_path)
     """DLRM's collectives are 88-98 % waiting for the last peer (../shared/tools/peer-wait.py);
     ASTRA-sim makes members wait for each other itself, so the network is fitted to the time
     after the last member arrived. Fitted to whole durations it was 0.77 GB/s for 8 V100s."""
-    from chakra_hooks.converter import peers
+    from chakra_hooks.converter import peers, run_model
 
     convert_paths([corpus / "pytorch" / "v100_dlrm_8rank"], tmp_path, target="astra-sim",
                   progress=False, warn=lambda _: None)
     text = (tmp_path / "astra_network.yml").read_text()
     assert float(re.search(r"bandwidth: \[ ([\d.e+]+) \]", text).group(1)) > 10
     run = {int(et.name.split(".")[1]): etio.read_et(et).nodes for et in tmp_path.glob("chakra.*.et")}
-    found = peers.analyse([peers.Rank(rank, "", nodes) for rank, nodes in run.items()])
+    found = peers.analyse([run_model.Rank.of_nodes(rank, "", nodes) for rank, nodes in run.items()])
     transfer = found.transfer_us
     measured = {(rank, n.id): node_times(n, attr_dict(n))[1]
                 for rank, nodes in run.items() for n in nodes if n.type == 7}
@@ -154,14 +155,14 @@ def test_dlrm_faster_network_in_astra_sim_and_whatif_agree(corpus, tmp_path):
     """DLRM's collectives are 88-98 % waiting for peers: ASTRA-sim at 4x the fitted bandwidth
     and whatif --comm 0.25x over the run (waits not scaled) both barely move the run, and agree
     within 2 %. Before, whatif (waits scaled as network time) said 26.4 % faster."""
-    from chakra_hooks.converter import peers
+    from chakra_hooks.converter import peers, run_model
 
     convert_paths([corpus / "pytorch" / "v100_dlrm_8rank"], tmp_path, target="astra-sim",
                   progress=False, warn=lambda _: None)
     net = tmp_path / "astra_network.yml"
     system = str(tmp_path / "astra_system.json")
     faster = _four_times_faster(net, tmp_path / "faster.yml")
-    ranks, groups, world = peers.read_run(sorted(tmp_path.glob("chakra.*.et")))
+    ranks, groups, world = run_model.read_run(sorted(tmp_path.glob("chakra.*.et")))
     run = whatif.replay_run(ranks, whatif.Change(comm=0.25), peers=peers.analyse(ranks, groups, world))
     assert run.predicted_us >= 0.97 * run.replayed_us
     fitted = _astra(tmp_path / "chakra", 8, NETWORK_CONFIG=str(net), SYSTEM_CONFIG=system)

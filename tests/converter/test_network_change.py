@@ -13,6 +13,7 @@ from chakra_hooks.cli import cli
 from chakra_hooks.convert import convert_paths
 from chakra_hooks.converter import network_change as nets
 from chakra_hooks.converter import peers as run_peers
+from chakra_hooks.converter import run_model
 from chakra_hooks.converter.targets.astra_sim import network as fitting
 from chakra_hooks.linker.model import CommType
 
@@ -100,7 +101,7 @@ def test_dlrm_fit_is_the_astra_sim_targets(dlrm):
     --bandwidth and ASTRA-sim with the file's bandwidth changed model one network; and
     --network with that file changes nothing."""
     full, astra = dlrm
-    ranks, groups, world = run_peers.read_run(sorted(full.glob("*.et")))
+    ranks, groups, world = run_model.read_run(sorted(full.glob("*.et")))
     fitted = nets.fit_run(ranks, run_peers.analyse(ranks, groups, world), groups, world)
     text = (astra / "astra_network.yml").read_text()
     bandwidth = float(text.split("bandwidth: [ ")[1].split(" ]")[0])

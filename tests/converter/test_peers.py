@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from chakra_hooks.cli import cli
 from chakra_hooks.convert import convert_paths
 from chakra_hooks.converter import peers as run_peers
+from chakra_hooks.converter import run_model
 from chakra_hooks.converter import whatif
 
 PEER_WAIT = Path(__file__).resolve().parents[3] / "shared" / "tools" / "peer-wait.py"
@@ -30,7 +31,7 @@ def dlrm(corpus, tmp_path_factory):
 
 
 def _run(folder: Path):
-    ranks, groups, world = run_peers.read_run(sorted(folder.glob("*.et")))
+    ranks, groups, world = run_model.read_run(sorted(folder.glob("*.et")))
     return ranks, run_peers.analyse(ranks, groups, world)
 
 
@@ -68,18 +69,14 @@ def test_dlrm_faster_network_moves_the_run_little(dlrm):
     faster = whatif.replay_run(ranks, whatif.Change(comm=0.25), peers=peers)
     assert 0.97 <= faster.predicted_us / faster.replayed_us <= 1.0
     # Each rank's own replay, waits scaled as network time, is what the run replay replaces.
-    alone = max(whatif.replay(r.path, r.nodes, whatif.Change(comm=0.25)).predicted_us
+    alone = max(whatif.replay(r.path, r, whatif.Change(comm=0.25)).predicted_us
                 for r in ranks)
     assert alone < 0.85 * faster.predicted_us
 
 
 def test_a_rank_clock_off_by_5_ms_gives_the_same_model(dlrm):
     ranks, peers = _run(dlrm)
-    shifted = []
-    for r in ranks:
-        times = r.times if r.rank != 3 else {
-            nid: (None if s is None else s + 5000.0, d) for nid, (s, d) in r.times.items()}
-        shifted.append(run_peers.Rank(r.rank, r.path, r.nodes, r.attrs, times))
+    shifted = [r.retimed(5000.0) if r.rank == 3 else r for r in ranks]
     moved = run_peers.analyse(shifted)
     assert moved.offsets_us[3] - statistics_median(moved.offsets_us) == pytest.approx(5000, abs=50)
     assert any("clocks disagree" in n for n in moved.notes)
@@ -111,7 +108,7 @@ def test_ranks_not_all_recorded_keep_the_one_rank_model(corpus, tmp_path):
                for n in peers.notes), peers.notes
     run = whatif.replay_run(ranks, whatif.Change(comm=0.25), peers=peers)
     for r, got in zip(ranks, run.ranks):
-        alone = whatif.replay(r.path, r.nodes, whatif.Change(comm=0.25))
+        alone = whatif.replay(r.path, r, whatif.Change(comm=0.25))
         assert got.predicted_us == pytest.approx(alone.predicted_us, rel=1e-6)
 
 
@@ -140,15 +137,13 @@ def test_ranks_of_one_clock_get_no_offset(dlrm):
     moved (the shift is then rank 3 starting late, as a straggler would), and the note about
     ends not lining up, which blames clocks, is not made."""
     ranks, _ = _run(dlrm)
-    shifted = [run_peers.Rank(r.rank, r.path, r.nodes, r.attrs, r.times if r.rank != 3 else {
-        nid: (None if s is None else s + 5000.0, d) for nid, (s, d) in r.times.items()},
-        host="node0", clock="boot-1") for r in ranks]
+    shifted = [r.retimed(5000.0 if r.rank == 3 else 0.0, host="node0", clock="boot-1")
+               for r in ranks]
     found = run_peers.analyse(shifted)
     assert found.offsets_us == {} and not any("clock" in n for n in found.notes), found.notes
     # Two machines of four ranks each: one offset per machine, never per rank.
-    split = [run_peers.Rank(r.rank, r.path, r.nodes, r.attrs, r.times if r.rank < 4 else {
-        nid: (None if s is None else s + 5000.0, d) for nid, (s, d) in r.times.items()},
-        clock=f"boot-{r.rank // 4}") for r in ranks]
+    split = [r.retimed(0.0 if r.rank < 4 else 5000.0, clock=f"boot-{r.rank // 4}")
+             for r in ranks]
     moved = run_peers.analyse(split)
     assert len(set(moved.offsets_us[r] for r in range(4))) == 1
     assert len(set(moved.offsets_us[r] for r in range(4, 8))) == 1
@@ -161,14 +156,13 @@ def test_comm_from_another_world_size_is_refused(dlrm, corpus, tmp_path):
     convert_paths([corpus / DLRM / "worker1_step_12.1694128201556.pt.trace.json.gz",
                    corpus / DLRM / "dlrm_eg_1.json.gz"], two, progress=False,
                   warn=lambda _: None)
-    ranks, groups, world = run_peers.read_run(sorted(dlrm.glob("*.et")))
+    ranks, groups, world = run_model.read_run(sorted(dlrm.glob("*.et")))
     with pytest.raises(ValueError, match="a run of 9 rank"):
         whatif.comm_from_problems(ranks, groups, world, ranks, groups, 9, "other")
     with pytest.raises(ValueError, match="process groups"):
         whatif.comm_from_problems(ranks, groups, world, ranks, {**groups, "7": [0, 1]}, world,
                                   "other")
     assert whatif.comm_from_problems(ranks, groups, world, ranks, groups, world, "x") == []
-    slower = [run_peers.Rank(r.rank, r.path, r.nodes, r.attrs, {
-        nid: (s, d * 1.5) for nid, (s, d) in r.times.items()}) for r in ranks]
+    slower = [r.retimed(duration_factor=1.5) for r in ranks]
     said = whatif.comm_from_problems(ranks, groups, world, slower, groups, world, "other")
     assert len(said) == 1 and "+50.0%" in said[0], said

@@ -21,6 +21,7 @@ from chakra_hooks.convert import convert_paths
 from chakra_hooks.converter import etio
 from chakra_hooks.converter import network_change as nets
 from chakra_hooks.converter import peers as run_peers
+from chakra_hooks.converter import run_model
 from chakra_hooks.converter import scale as scaling
 from chakra_hooks.converter import validate as checking
 from chakra_hooks.converter.attrs import attr_dict, value_of
@@ -127,11 +128,11 @@ def test_grown_dlrm_keeps_every_node_and_models_its_transfers(dlrm, tmp_path,
     metadata, nodes = reference_reader(tmp_path / "x2" / "chakra.11.et")
     assert len(nodes) == len(after[11].nodes)
 
-    ranks, groups, world = run_peers.read_run(sorted((source).glob("*.et")))
+    ranks, groups, world = run_model.read_run(sorted((source).glob("*.et")))
     peers = run_peers.analyse(ranks, groups, world)
     fitted = nets.fit_run(ranks, peers, groups, world)
     link = fitted.links[nets.WITHIN]
-    new_ranks, new_groups, new_world = run_peers.read_run(sorted((tmp_path / "x2").glob("*.et")))
+    new_ranks, new_groups, new_world = run_model.read_run(sorted((tmp_path / "x2").glob("*.et")))
     new_peers = run_peers.analyse(new_ranks, new_groups, new_world)
     checked = 0
     for (rank, nid), (dim, sample) in fitted.samples.items():
@@ -169,7 +170,7 @@ def test_rank_0_alone_completed_runs_in_astra_sim(dlrm, tmp_path):
     files = _read(tmp_path / "w8")
     assert sorted(files) == list(range(8))
     assert "npus_count: [ 8 ]" in (tmp_path / "w8" / fitting.NETWORK_FILE).read_text()
-    groups = run_peers.read_groups(tmp_path / "w8")
+    groups = run_model.read_groups(tmp_path / "w8")
     assert not run_rules.check_run({r: et.nodes for r, et in files.items()}, groups)
     if not os.environ.get("ASTRA_BIN") or not ASTRA_RUN.exists():
         pytest.skip("set ASTRA_BIN to ASTRA-sim's analytical binary (../shared/tools/astra-build)")
@@ -181,8 +182,8 @@ def test_rank_0_alone_completed_runs_in_astra_sim(dlrm, tmp_path):
 def _astra(folder: Path, npus: int) -> float:
     env = dict(os.environ, NETWORK_CONFIG=str(folder / fitting.NETWORK_FILE),
                SYSTEM_CONFIG=str(folder / fitting.SYSTEM_FILE))
-    if (folder / run_peers.GROUPS_FILE).exists() and run_peers.read_groups(folder):
-        env["COMM_GROUP_CONFIG"] = str(folder / run_peers.GROUPS_FILE)
+    if (folder / run_model.GROUPS_FILE).exists() and run_model.read_groups(folder):
+        env["COMM_GROUP_CONFIG"] = str(folder / run_model.GROUPS_FILE)
     out = subprocess.run([str(ASTRA_RUN), f"{folder}/chakra", str(npus)], capture_output=True,
                          text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
@@ -248,7 +249,7 @@ def test_collectives_keep_type_size_and_order(dlrm, tmp_path):
 
     for rank, et in after.items():
         assert sequence(et) == sequence(before[rank % 8])
-    groups = run_peers.read_groups(tmp_path / "x2")
+    groups = run_model.read_groups(tmp_path / "x2")
     assert not run_rules.check_run({r: et.nodes for r, et in after.items()}, groups)
 
 
@@ -308,7 +309,7 @@ def test_tensor_and_data_parallel_groups_made_whole(tmp_path, target):
     converted = tmp_path / "et"
     convert_paths([kept], converted, target=target, progress=False, warn=lambda _: None)
     scaling.scale_run(converted, tmp_path / "whole", world=4)
-    groups = run_peers.read_groups(tmp_path / "whole")
+    groups = run_model.read_groups(tmp_path / "whole")
     files = _read(tmp_path / "whole")
     seen = {}
     for rank, et in files.items():

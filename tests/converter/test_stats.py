@@ -13,7 +13,9 @@ from chakra_hooks.convert import convert_paths
 from chakra_hooks.converter.etio import read_et
 from chakra_hooks.converter.attrs import attr_dict, value_of
 from chakra_hooks.converter.schema import NodeType
-from chakra_hooks.converter.stats import GAP_NAME, node_times, rank_stats
+from chakra_hooks.converter.run_model import node_times
+from chakra_hooks.converter.stats import rank_stats
+from chakra_hooks.linker.enrich.gaps import GAP_NAME
 
 # Every trace of the corpus: PyTorch with ET, Kineto only, vLLM, XLA on TPU and GPU.
 TRACES = ["pytorch/a100_resnet_nccl", "pytorch/a100_simple_add", "pytorch/v100_dlrm_8rank",

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from chakra_hooks.converter import etio
-from chakra_hooks.converter.peers import analyse, read_run
+from chakra_hooks.converter.peers import analyse
+from chakra_hooks.converter.run_model import read_run
 from chakra_hooks.converter.stats import rank_stats
 from chakra_hooks.converter.whatif import Change, replay_run
 from chakra_hooks.convert import convert_paths

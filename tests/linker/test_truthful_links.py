@@ -75,16 +75,16 @@ def test_sendrecv_kernels_without_their_launch_are_not_invalid_p2p_nodes(corpus,
     # Still communication to stats and whatif: --comm scales them, --compute does not (they
     # were device compute: 24.3 ms of a 71.5 ms top op on an MI300X trace moved with --compute).
     from chakra_hooks.converter import whatif
-    from chakra_hooks.converter.stats import _kind
+    from chakra_hooks.converter.run_model import COMM, Rank
 
     nodes, _ = _convert(source, tmp_path / "again", "full")
-    unresolved = [n for n in nodes if "comm_unresolved" in _attrs(n)]
-    assert len(unresolved) == 5 and all(_kind(n, _attrs(n)) == "comm" and whatif._kind(n) == "comm" for n in unresolved)
-    durations = {n.id: n.duration_micros for n in unresolved}
-    times = {n.id: (float(n.start_time_micros), float(n.duration_micros)) for n in nodes}
-    attrs = {n.id: {} for n in nodes}
-    _, slower = whatif.durations(nodes, attrs, times, whatif.Change(compute=2.0))
-    _, faster = whatif.durations(nodes, attrs, times, whatif.Change(comm=0.5))
+    rank = Rank.of_nodes(0, "r", nodes)
+    ids = list(rank.columns.ids)
+    unresolved = [ids.index(n.id) for n in nodes if "comm_unresolved" in _attrs(n)]
+    assert len(unresolved) == 5 and all(rank.columns.kinds[p] == COMM for p in unresolved)
+    durations = {p: rank.columns.durs[p] for p in unresolved}
+    _, slower = whatif.durations(rank, whatif.Change(compute=2.0))
+    _, faster = whatif.durations(rank, whatif.Change(comm=0.5))
     assert all(slower[i] == d and faster[i] == d * 0.5 for i, d in durations.items())
 
 

@@ -135,7 +135,9 @@ def finish_run(staging: str, results: list, groups: dict[int, list[int]], option
     # recorded has none known), before the groups are renumbered for ASTRA-sim.
     found = peer_waits(results, groups, nodes, note)
     new_groups = run_rules.harmonize(nodes, groups, note)
-    transfer = run_rules.one_at_a_time(nodes, found.transfer_us)
+    transfer = run_rules.one_at_a_time(
+        {rank: run_rules.comm_rows(rank_nodes) for rank, rank_nodes in nodes.items()},
+        found.transfer_us)
     run_rules.align_windows(nodes, note)
     hosts = {rank: meta.get("host") if isinstance(meta.get("host"), str) else None
              for rank, meta in rank_metadata(results).items()}
@@ -183,7 +185,7 @@ def _write_network(staging: str, nodes: dict[int, list], groups: dict[int, list[
     (network.py, ``fit_two_dims``)."""
     from chakra_hooks.converter.attrs import attr_dict, value_of
     from chakra_hooks.converter.schema import COMM_COLL, COMM_SEND
-    from chakra_hooks.converter.stats import node_times
+    from chakra_hooks.converter.run_model import node_times
 
     npus = max(ranks, 2)  # the analytical backend needs two NPUs (astra-run replicates one)
     per_host = network.ranks_per_host(hosts) if ranks == world else None

@@ -15,7 +15,7 @@ all-to-all sizes become the largest member's, the rank's own size kept as
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from chakra_hooks.converter.attrs import attr_dict, make_attr, value_of
@@ -344,28 +344,34 @@ def _set_int(node: Node, name: str, value: int) -> None:
             return
 
 
-def one_at_a_time(run: dict[int, Sequence[Node]], transfer: dict[tuple[int, int], float]
-                  ) -> dict[tuple[int, int], float]:
+def comm_rows(nodes: Iterable[Node]) -> list[tuple[int, int, float | None, float]]:
+    """(id, type, start us or None, duration us) of decoded nodes, for ``one_at_a_time``."""
+    from chakra_hooks.converter.run_model import node_times
+
+    return [(node.id, node.type, *node_times(node, attr_dict(node))) for node in nodes]
+
+
+def one_at_a_time(run: dict[int, Iterable[tuple[int, int, float | None, float]]],
+                  transfer: dict[tuple[int, int], float]) -> dict[tuple[int, int], float]:
     """(rank, node id) -> the share of the network's time each collective and send of a rank
     is fitted to, where ASTRA-sim runs them one after another. Its hardware model keeps one
     communication op in flight per NPU (receives excepted), while a run can have several at
     once (gloo runs DDP's buckets on two threads; NCCL has several streams). Communication
     whose transfers overlapped shares the time they covered together: each one's transfer
     (``transfer``, or its whole time where it has none) is scaled by that time over their sum,
-    so that run one after another they take as long as they did at once."""
-    from chakra_hooks.converter.stats import node_times
-
+    so that run one after another they take as long as they did at once. ``run``: per rank,
+    (id, type, start us or None, duration us) of its communication nodes in the ET's order
+    (``comm_rows``, or run_model's ``Rank.comm_nodes``)."""
     out: dict[tuple[int, int], float] = {}
-    for rank, nodes in run.items():
+    for rank, rows in run.items():
         spans = []  # (transfer start, end, node id, transfer)
-        for node in nodes:
-            if node.type not in (COMM_COLL, COMM_SEND):
+        for nid, node_type, start, dur in rows:
+            if node_type not in (COMM_COLL, COMM_SEND):
                 continue
-            start, dur = node_times(node, attr_dict(node))
-            if start is None or (node.type == COMM_SEND and (rank, node.id) not in transfer):
+            if start is None or (node_type == COMM_SEND and (rank, nid) not in transfer):
                 continue  # (a send whose receive is not here is not fitted)
-            took = transfer.get((rank, node.id), dur)
-            spans.append((start + dur - took, start + dur, node.id, took))
+            took = transfer.get((rank, nid), dur)
+            spans.append((start + dur - took, start + dur, nid, took))
         spans.sort()
         cluster: list[tuple[float, float, int, float]] = []
         reach = float("-inf")  # where the cluster's transfers end

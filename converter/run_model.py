@@ -1,0 +1,394 @@
+"""The run as columns: what the run tools (``stats``, ``whatif``, the straggler, ``timeline``,
+``scale``) read of a converted run, one rank's ET at a time.
+
+A rank's nodes are kept as arrays in the ET's order (``Columns``): id, type, start and
+duration (us, ``nan`` for a node outside time), kind, name and lane (indices into one table of
+strings for the run), and dependencies as positions into the same arrays. Attributes are kept
+only for the communication nodes (plain values, by node id: what matching reads) and for the
+few nodes that carry MoE routing bins or KV-cache bytes. Decoded protobuf nodes are dropped as
+soon as a rank's columns are built, unless a writer asks to keep them (``scale``, ``timeline``
+of the ranks it draws). A node costs about 60 bytes here, where a decoded node with a dict of
+its attributes cost about 3.8 KB.
+"""
+
+from __future__ import annotations
+
+import os
+from array import array
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from chakra_hooks.linker.enrich.gaps import GAP_NAME
+
+from .attrs import value_of
+from .schema import COMM_COLL, COMM_RECV, COMM_SEND, MEM_LOAD, MEM_STORE
+
+if TYPE_CHECKING:
+    from .schema import Node
+
+NAN = float("nan")
+# A node's kind, as stats reads it (whatif: host, device and mem are all compute).
+HOST, DEVICE, COMM, MEM, GAP = range(5)
+KIND_NAMES = ("host", "device", "comm", "mem", "gap")
+COMM_TYPES = frozenset((COMM_COLL, COMM_SEND, COMM_RECV))
+_MEM = frozenset((MEM_LOAD, MEM_STORE))
+UNRESOLVED = "comm_unresolved"  # a NCCL kernel with no known peer: communication all the same
+EXTRA_ATTRS = ("moe_expert_tokens", "moe_layer", "kv_direction", "tensor_size")
+# The attributes a node's columns are made of (a communication node keeps all of its own).
+_READ = frozenset(("start_ns", "duration_ns", "start_ps", "duration_ps", "duration_unknown",
+                   "is_cpu_op", "lane", UNRESOLVED, *EXTRA_ATTRS))
+
+
+class Strings:
+    """One table of the names and lanes of a run: each string kept once, nodes hold its index."""
+
+    __slots__ = ("values", "_index")
+
+    def __init__(self) -> None:
+        self.values: list[str] = []
+        self._index: dict[str, int] = {}
+
+    def add(self, text: str) -> int:
+        found = self._index.get(text)
+        if found is None:
+            found = self._index[text] = len(self.values)
+            self.values.append(text)
+        return found
+
+
+class Columns:
+    """One rank's nodes in the ET's order (module docstring). ``dep_at[p]:dep_at[p + 1]``
+    slices ``deps`` for node p's dependencies (data, then ctrl; its own id and ids not in the
+    ET left out), and ``users`` / ``user_at`` the same for the nodes that depend on it."""
+
+    __slots__ = ("ids", "types", "starts", "durs", "kinds", "names", "lanes", "cpu", "dep_at",
+                 "deps", "extras", "strings", "_users")
+
+    def __init__(self, strings: Strings) -> None:
+        self.strings = strings  # the run's table that ``names`` and ``lanes`` index
+        self.ids = array("q")
+        self.types = array("i")
+        self.starts = array("d")
+        self.durs = array("d")
+        self.kinds = bytearray()
+        self.names = array("i")
+        self.lanes = array("i")  # -1: no lane
+        self.cpu = bytearray()  # is_cpu_op
+        self.dep_at = array("q", [0])
+        self.deps = array("q")
+        self.extras: dict[int, dict[str, object]] = {}  # position -> MoE / KV attributes
+        self._users: tuple[array, array] | None = None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def append(self, nid: int, node_type: int, start: float | None, dur: float, kind: int,
+               name: str = "") -> None:
+        """One node without dependencies or lane (a conversion's communication facts)."""
+        self.ids.append(nid)
+        self.types.append(node_type)
+        self.starts.append(NAN if start is None else start)
+        self.durs.append(dur)
+        self.kinds.append(kind)
+        self.names.append(self.strings.add(name))
+        self.lanes.append(-1)
+        self.cpu.append(0)
+        self.dep_at.append(len(self.deps))
+
+    def users(self) -> tuple[array, array]:
+        """(user_at, users): per node, the positions that depend on it, in the ET's order (a
+        node depending twice on one counts twice, as its dependencies do)."""
+        if self._users is None:
+            n = len(self.ids)
+            count = array("q", bytes(8 * (n + 1)))
+            deps, dep_at = self.deps, self.dep_at
+            for d in deps:
+                count[d + 1] += 1
+            for p in range(n):
+                count[p + 1] += count[p]
+            fill = array("q", count)
+            users = array("q", bytes(8 * len(deps)))
+            for p in range(n):
+                for k in range(dep_at[p], dep_at[p + 1]):
+                    d = deps[k]
+                    users[fill[d]] = p
+                    fill[d] += 1
+            self._users = (count, users)
+        return self._users
+
+    def name(self, p: int) -> str:
+        return self.strings.values[self.names[p]]
+
+    def start(self, p: int) -> float | None:
+        s = self.starts[p]
+        return None if s != s else s
+
+    def timed(self) -> Iterable[int]:
+        """Positions of the nodes with a start."""
+        starts = self.starts
+        return (p for p in range(len(starts)) if starts[p] == starts[p])
+
+    def retimed(self, starts: array, durs: array) -> Columns:
+        """The same nodes with other times (the graph and tables shared)."""
+        other = Columns.__new__(Columns)
+        for name in Columns.__slots__:
+            setattr(other, name, getattr(self, name))
+        other.starts, other.durs = starts, durs
+        return other
+
+
+def node_times(node: Node, attrs: Mapping[str, object]) -> tuple[float | None, float]:
+    """(start us or None, duration us) at the finest precision the node carries."""
+    for unit, scale in (("ns", 1e-3), ("ps", 1e-6)):
+        if f"start_{unit}" in attrs:
+            start = value_of(attrs[f"start_{unit}"]) * scale
+            key = f"duration_{unit}"
+            return start, value_of(attrs[key]) * scale if key in attrs else 0.0
+    if not node.start_time_micros:  # never set: a node outside time (metadata, untimed)
+        return None, 0.0 if "duration_unknown" in attrs else float(node.duration_micros)
+    if "duration_unknown" in attrs:
+        return float(node.start_time_micros), 0.0
+    return float(node.start_time_micros), float(node.duration_micros)
+
+
+def columns_of(nodes: Iterable[Node], strings: Strings) -> tuple[Columns, dict[int, dict]]:
+    """A rank's decoded nodes as Columns, and its communication nodes' attributes (node id ->
+    name -> plain value; the last of a name wins, as in consumers' lookups)."""
+    c = Columns(strings)
+    comm: dict[int, dict] = {}
+    wanted: list[tuple[int, ...]] = []
+    position: dict[int, int] = {}
+    ids, types, starts, durs, kinds = c.ids, c.types, c.starts, c.durs, c.kinds
+    names, lanes, cpu = c.names, c.lanes, c.cpu
+    add = strings.add
+    read = _READ
+    for p, node in enumerate(nodes):
+        nid = node.id
+        node_type = node.type
+        attrs = {}
+        for a in node.attr:  # only what the columns hold (the last of a name wins)
+            if a.name in read:
+                attrs[a.name] = a
+        if node_type in COMM_TYPES or UNRESOLVED in attrs:  # communication: every attribute
+            attrs = {a.name: a for a in node.attr}
+        start, dur = node_times(node, attrs)
+        name = node.name
+        is_cpu = "is_cpu_op" in attrs and bool(value_of(attrs["is_cpu_op"]))
+        if name == GAP_NAME:
+            kind = GAP
+        elif node_type in COMM_TYPES or UNRESOLVED in attrs:
+            kind = COMM
+        elif node_type in _MEM:
+            kind = MEM
+        else:
+            kind = HOST if is_cpu else DEVICE
+        ids.append(nid)
+        types.append(node_type)
+        starts.append(NAN if start is None else start)
+        durs.append(dur)
+        kinds.append(kind)
+        names.append(add(name))
+        lanes.append(add(str(value_of(attrs["lane"]))) if "lane" in attrs else -1)
+        cpu.append(is_cpu)
+        if kind == COMM:
+            comm[nid] = {k: value_of(v) for k, v in attrs.items()}
+        if "moe_expert_tokens" in attrs or "kv_direction" in attrs:
+            c.extras[p] = {k: value_of(attrs[k]) for k in EXTRA_ATTRS if k in attrs}
+        wanted.append((*node.data_deps, *node.ctrl_deps))
+        position[nid] = p
+    deps, dep_at = c.deps, c.dep_at
+    for p, ds in enumerate(wanted):
+        nid = ids[p]
+        for d in ds:
+            if d != nid:
+                q = position.get(d)
+                if q is not None:
+                    deps.append(q)
+        dep_at.append(len(deps))
+    return c, comm
+
+
+@dataclass
+class Rank:
+    """One rank's ET as the run tools read it: its nodes as ``Columns``, its communication
+    nodes' attributes (``comm``: node id -> name -> value; plain values, or AttributeProtos
+    where a writer kept them), and where it ran."""
+
+    rank: int
+    path: str
+    columns: Columns
+    comm: dict[int, Mapping[str, object]] = field(default_factory=dict)
+    host: str | None = None  # the machine it ran on, where the recording says (ET metadata)
+    clock: str | None = None  # its machine's clock (``host_clock``): one clock, one value
+    made_from: int | None = None  # not recorded: made by ``scale`` from this rank's ET
+    nodes: Sequence[Node] | None = None  # the decoded ET, kept where a writer asked for it
+    _where: dict[int, int] | None = field(default=None, repr=False)
+
+    @classmethod
+    def of_nodes(cls, rank: int, path: str, nodes: Sequence[Node], strings: Strings | None = None,
+                 keep: bool = True, **where) -> Rank:
+        """A rank of decoded nodes (``keep``: the nodes kept beside the columns)."""
+        columns, comm = columns_of(nodes, strings or Strings())
+        return cls(rank, path, columns, comm, nodes=nodes if keep else None, **where)
+
+    def position(self, nid: int) -> int:
+        """Where a communication node sits in the columns."""
+        if self._where is None:
+            ids = self.columns.ids
+            self._where = {ids[p]: p for p in range(len(ids)) if ids[p] in self.comm}
+        return self._where[nid]
+
+    def time(self, nid: int) -> tuple[float | None, float]:
+        """(start us or None, duration us) of a communication node."""
+        p = self.position(nid)
+        return self.columns.start(p), self.columns.durs[p]
+
+    def comm_nodes(self) -> Iterable[tuple[int, int, float | None, float]]:
+        """(id, type, start or None, duration) of each communication node, in the ET's order."""
+        c = self.columns
+        for nid in self.comm:
+            p = self.position(nid)
+            yield nid, c.types[p], c.start(p), c.durs[p]
+
+    def start(self) -> float:
+        starts = self.columns.starts
+        return min((s for s in starts if s == s), default=0.0)
+
+    def retimed(self, shift_us: float = 0.0, duration_factor: float = 1.0, **where) -> Rank:
+        """The same rank with every start moved by ``shift_us`` and every duration scaled (a
+        clock that disagrees, a slower rank), and ``host`` / ``clock`` as given."""
+        c = self.columns
+        starts = array("d", (s + shift_us for s in c.starts))
+        durs = array("d", (d * duration_factor for d in c.durs))
+        return replace(self, columns=c.retimed(starts, durs), _where=None, **where)
+
+
+def ranks_at_least(ranks: Sequence[Rank]) -> int:
+    """The smallest run the ranks present can be from (where no ET states ``world_size``)."""
+    return max((r.rank for r in ranks), default=-1) + 1
+
+
+def host_and_clock(meta: Mapping[str, object] | None) -> tuple[str | None, str | None]:
+    """(host, host_clock) from an ET's metadata, each None where it is not a string."""
+    meta = meta or {}
+    return tuple(v if isinstance(v, str) and v else None
+                 for v in (meta.get("host"), meta.get("host_clock")))
+
+
+def _rank_in_name(path, position: int) -> int:
+    """``<prefix>.<rank>.et`` (the reference converter's ETs carry no rank), else ``position``."""
+    from .etio import name_and_rank
+
+    rank = name_and_rank(path)[1]
+    return position if rank is None else rank
+
+
+GROUPS_FILE = "comm_group.json"
+
+
+def read_groups(folder) -> dict[str, list[int]]:
+    """The process groups of ``comm_group.json`` in ``folder`` (group -> ranks), or none."""
+    from pathlib import Path
+
+    import orjson
+
+    from chakra_hooks.common.errors import TraceFormatError
+
+    beside = Path(folder) / GROUPS_FILE
+    if not beside.exists():
+        return {}
+    try:
+        loaded = orjson.loads(beside.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise TraceFormatError(beside, "file", f"JSON, a process group -> ranks object ({exc})"
+                               ) from None
+    if not isinstance(loaded, dict) or not all(isinstance(v, list) for v in loaded.values()):
+        raise TraceFormatError(beside, "file", "a process group -> ranks object")
+    return {str(k): [int(m) for m in v] for k, v in loaded.items()}
+
+
+PARALLEL_FROM = 64  # ranks: fewer are read in this process (a worker costs ~0.5 s to start)
+
+
+def _read_one(path, position: int, strings: Strings, keep: bool) -> tuple[Rank, int]:
+    """One ET as a Rank (rank from its metadata, else its name, else ``position``), and the
+    run's size it states (0: none)."""
+    from . import etio
+
+    et = etio.read_et(path)
+    meta = {a.name: value_of(a) for a in et.metadata.attr}
+    rank = int(meta["rank"]) if isinstance(meta.get("rank"), int) else _rank_in_name(
+        path, position)
+    world = int(meta["world_size"]) if isinstance(meta.get("world_size"), int) else 0
+    host, clock = host_and_clock(meta)
+    made = meta.get("made_from_rank")
+    return Rank.of_nodes(rank, str(path), et.nodes, strings, keep, host=host, clock=clock,
+                         made_from=made if isinstance(made, int) else None), world
+
+
+def _read_some(items: Sequence[tuple[int, str]]) -> tuple[list[str], list[tuple[Rank, int]]]:
+    """``_read_one`` of each (position, path) in a worker: its strings, and the ranks."""
+    strings = Strings()
+    return strings.values, [_read_one(path, position, strings, False)
+                            for position, path in items]
+
+
+def _read_in_workers(paths: Sequence, strings: Strings, progress: bool | None, workers: int
+                     ) -> list[tuple[Rank, int]]:
+    """``_read_one`` of every path, in chunks over ``workers`` processes; each rank's names and
+    lanes then index ``strings``."""
+    from chakra_hooks.executors import make_executor, progress_bar
+
+    items = [(position, str(path)) for position, path in enumerate(paths)]
+    size = -(-len(items) // (4 * workers))  # a few chunks a worker: they even out
+    chunks = [(items[i:i + size],) for i in range(0, len(items), size)]
+    executor = make_executor("local", workers, len(chunks), progress)
+    bar = progress_bar(len(chunks), progress)
+    try:
+        results = executor.map(_read_some, chunks, bar)
+    finally:
+        bar.close()
+        executor.close()
+    out = []
+    for values, ranks in results:
+        table = array("i", [strings.add(text) for text in values])
+        for r, world in ranks:
+            c = r.columns
+            c.names = array("i", [table[i] for i in c.names])
+            c.lanes = array("i", [-1 if i < 0 else table[i] for i in c.lanes])
+            c.strings = strings
+            out.append((r, world))
+    return out
+
+
+def read_run(paths: Sequence, keep_nodes: bool | Iterable[int] = False,
+             progress: bool | None = False, workers: int | None = 1
+             ) -> tuple[list[Rank], dict[str, list[int]], int]:
+    """The ETs of one run as Ranks, read one at a time (rank from each file's metadata, else
+    its position), the process groups from ``comm_group.json`` beside the first file, and the
+    run's size: the largest ``world_size`` an ET states, else the smallest that holds the ranks
+    present. ``keep_nodes``: True, or the positions in ``paths`` whose decoded nodes to keep.
+    ``workers``: processes to read a run of ``PARALLEL_FROM`` ranks or more on (none kept;
+    None: one per core; spawned, so a script that asks for them needs ``if __name__ ==
+    "__main__"``). ``progress``: a bar on stderr (None: where stderr is a terminal)."""
+    from pathlib import Path
+
+    keep = (lambda _: True) if keep_nodes is True else (
+        (lambda _: False) if not keep_nodes else set(keep_nodes).__contains__)
+    strings = Strings()
+    workers = workers or os.cpu_count() or 1
+    if len(paths) >= PARALLEL_FROM and not keep_nodes and workers > 1:
+        read = _read_in_workers(paths, strings, progress, workers)
+    else:
+        read = [_read_one(path, position, strings, keep(position))
+                for position, path in enumerate(paths)]
+    ranks = [r for r, _ in read]
+    world = max((w for _, w in read), default=0)
+    if len({r.rank for r in ranks}) < len(ranks):
+        # One ET under several names (a one-rank --target astra-sim run, written as NPUs 0
+        # and 1): the names say which NPU each is.
+        for position, r in enumerate(ranks):
+            r.rank = _rank_in_name(r.path, position)
+    groups = read_groups(Path(str(paths[0])).parent) if paths else {}
+    return ranks, groups, world or ranks_at_least(ranks)
