@@ -51,9 +51,8 @@ from . import peers as run_peers
 from . import run_model
 from . import whatif
 from .attrs import attr_dict, make_attr, value_of
+from .run_model import COMM_TYPES
 from .schema import COMM_COLL, COMM_RECV, COMM_SEND
-
-_COMM = (COMM_COLL, COMM_SEND, COMM_RECV)
 from .stats import span_of
 from .targets.astra_sim import network as fitting
 from .targets.astra_sim.run_rules import RECORDED_GROUP
@@ -358,6 +357,21 @@ def _factors(ranks: Sequence[run_peers.Rank], plan: Plan, fitted: nets.RunNetwor
     out: dict[run_peers.Key, float] = {}
     missing: set[int] = set()
     host_of = {r.rank: r.host for r in ranks}
+    # Per group (a thousand members: once, not per node): members, whether they span hosts,
+    # and their grid over the hosts.
+    seen: dict[object, tuple[list[int], bool, tuple[int, int] | None]] = {}
+
+    def placed(key: object, members: list[int]) -> tuple[list[int], bool, tuple | None]:
+        if key not in seen:
+            spans = len({host_of.get(m) for m in members}) > 1
+            seen[key] = (members, spans,
+                         fitting.shape_of(members, per_host) if spans and per_host else None)
+        return seen[key]
+
+    def in_group(group: str, rank: int) -> tuple[list[int], bool, tuple | None]:
+        members = run_peers.members_of(group, plan.groups, plan.world)
+        return placed(group, members) if members else placed((group, rank), [rank])
+
     for r in ranks:
         p = r.rank % W
         for nid, node_type, _, _ in r.comm_nodes():
@@ -367,18 +381,16 @@ def _factors(ranks: Sequence[run_peers.Rank], plan: Plan, fitted: nets.RunNetwor
             dim, old = found
             a = r.comm[nid]
             if node_type == COMM_SEND:
-                members = [r.rank, int(run_peers.attr_value(a, "comm_dst"))]
-                npus = 2
+                pair = [r.rank, int(run_peers.attr_value(a, "comm_dst"))]
+                members, spans, shape = placed(tuple(pair), pair)
             else:
                 group = str(run_peers.attr_value(a, "pg_name")) if "pg_name" in a else ""
-                members = run_peers.members_of(group, plan.groups, plan.world) or [r.rank]
-                npus = len(members)
-            spans = len({host_of.get(m) for m in members}) > 1
+                members, spans, shape = seen.get(group) or in_group(group, r.rank)
+            npus = len(members)
             new_dim = nets.ACROSS if spans and nets.ACROSS in links else nets.WITHIN
             if new_dim not in links:
                 missing.add(new_dim)
             new_links = {d: links.get(d, links[dim]) for d in (nets.WITHIN, nets.ACROSS)}
-            shape = fitting.shape_of(members, per_host) if spans and per_host else None
             before = fitted.modelled(old, dim, fitted.shapes.get((p, nid)), fitted.links)
             new = fitting.Sample(old.comm_type, old.size, npus, old.measured_ns)
             after = fitted.modelled(new, new_dim, shape, new_links)
@@ -456,7 +468,7 @@ def _retimed(r: run_peers.Rank, replayed: Mapping[int, tuple[float, float, float
         copy = Node()
         copy.CopyFrom(node)
         attrs = attr_dict(copy)
-        mine = r.comm.get(node.id, attrs) if node.type in _COMM else attrs
+        mine = r.comm.get(node.id, attrs) if node.type in COMM_TYPES else attrs
         for key in ("pg_name", "comm_src", "comm_dst"):
             if key in mine and not hasattr(mine[key], "WhichOneof"):
                 _set(copy, key, mine[key])
