@@ -95,6 +95,9 @@ def main() -> None:
     except _Terminated:
         click.echo("chakra-hooks: terminated", err=True)
         sys.exit(143)
+    except click.UsageError as exc:  # a wrong option: one line, as any bad input
+        command = exc.ctx.command_path if exc.ctx is not None else "chakra-hooks"
+        _fail(f"{exc.format_message().rstrip('.')} (see {command} --help)")
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
@@ -216,10 +219,13 @@ def stats(files: tuple[str, ...], as_json: bool) -> None:
     from chakra_hooks.converter import whatif as model
 
     try:
+        said: list[str] = []
         run, groups, world = run_model.read_run(list(_et_files(files)), progress=None,
-                                                workers=None)
+                                                workers=None, warn=said.append)
     except ValueError as exc:
         _fail(str(exc))
+    for message in said:
+        _warn(message)
     peers = run_peers.analyse(run, groups, world)
     ranks = []
     per_rank = peers.by_rank()
@@ -242,6 +248,8 @@ def stats(files: tuple[str, ...], as_json: bool) -> None:
                    "clock_residual_us": round(peers.clock_residual_us, 3)}
         if late is not None:
             summary["straggler"] = late.to_json()
+        if said:
+            summary["warnings"] = said
         click.echo(orjson.dumps({"run": summary}).decode())
     else:
         click.echo(measure.render(ranks))
@@ -261,7 +269,7 @@ def stats(files: tuple[str, ...], as_json: bool) -> None:
 @click.option("--comm-from", "comm_from", type=click.Path(exists=True, file_okay=False),
               help="Another conversion of the same program: each collective takes the transfer "
                    "time measured there (its whole time where its peers were not recorded), "
-                   "same order per rank.")
+                   "same order per rank; --comm applies on top of them.")
 @click.option("--ranks", "only", metavar="LIST",
               help="Apply --comm / --compute to these ranks only, e.g. '1' or '1,3' (a "
                    "straggler made faster: --ranks 1 --compute 0.33x).")
@@ -293,8 +301,11 @@ def whatif(files: tuple[str, ...], comm: tuple[str, ...], compute: str | None,
     try:
         change = model.parse_change(comm, compute)
         chosen = _parse_ranks(only)
+        said: list[str] = []
         ranks, groups, world = run_model.read_run(list(_et_files(files)), progress=None,
-                                                  workers=None)
+                                                  workers=None, warn=said.append)
+        for message in said:
+            _warn(message)
         peers = run_peers.analyse(ranks, groups, world)
         net = nets.NetworkChange(
             {d: v for d, (_, v) in nets.parse_dimension_values("--bandwidth", bandwidth,
@@ -331,6 +342,8 @@ def whatif(files: tuple[str, ...], comm: tuple[str, ...], compute: str | None,
         extra = {"network_fitted": fitted.to_json()} if fitted is not None else {}
         for r in run.ranks:
             click.echo(orjson.dumps({"what_if": described, **r.to_json()}).decode())
+        if said:
+            extra["warnings"] = said
         click.echo(orjson.dumps({"run": {"what_if": described, **run.to_json(), **extra}}
                                 ).decode())
     else:
@@ -338,6 +351,11 @@ def whatif(files: tuple[str, ...], comm: tuple[str, ...], compute: str | None,
         if fitted is not None:
             click.echo("  network fitted to the run's transfers (convert --target astra-sim "
                        "writes the same): " + "; ".join(fitted.describe()))
+
+
+def _warn(message: str) -> None:
+    """What a reader of a converted run says of damage it did not refuse (stderr, one line)."""
+    click.echo(f"chakra-hooks: warning: {message}", err=True)
 
 
 def _parse_ranks(text: str | None) -> set[int] | None:
@@ -440,7 +458,7 @@ def timeline(files: tuple[str, ...], output: str, comm: tuple[str, ...], compute
             list(_et_files(files)), change if changing else None, described,
             flows=not no_flows, only=chosen,
             comm_from=list(_et_files((comm_from,))) if comm_from else None, show=shown,
-            every_rank=every_rank)
+            every_rank=every_rank, warn=_warn)
         recorded, predicted = drawn.recorded, drawn.predicted
     except ValueError as exc:  # --comm-from: not the same program
         _fail(str(exc))
@@ -489,14 +507,17 @@ def timeline(files: tuple[str, ...], output: str, comm: tuple[str, ...], compute
               help="With --level times: the noise's seed.")
 @click.option("--key-file", type=click.Path(), default="~/.chakra-hooks/share.key",
               show_default=True,
-              help="The key the pseudonyms are made with (made on first use; keep it, never "
-                   "send it: with the same key, runs shared later get the same pseudonyms).")
+              help="The key the pseudonyms are made with (the default one is made on first "
+                   "use; keep it, never send it: with the same key, runs shared later get the "
+                   "same pseudonyms).")
+@click.option("--new-key", is_flag=True,
+              help="Make a new key at --key-file (which must not exist yet).")
 @click.option("--overwrite", is_flag=True, help="Replace an earlier shared copy in -o.")
 @click.option("--check", "check_leaks", is_flag=True,
               help="Instead: search every word and id of the original inputs (PATHS after the "
                    "shared folder) in the shared files; exit 1 on any found.")
 def share(paths: tuple[str, ...], output: str | None, level: str, bound: float, seed: int,
-          key_file: str, overwrite: bool, check_leaks: bool) -> None:
+          key_file: str, new_key: bool, overwrite: bool, check_leaks: bool) -> None:
     """Share a converted run without its names: `share OUT -o SHARED` writes a copy whose node
     names, strings, paths and process ids are keyed pseudonyms or gone, everything a
     simulator, stats, whatif and timeline read kept; `share --check SHARED INPUTS...` is the
@@ -518,6 +539,12 @@ def share(paths: tuple[str, ...], output: str | None, level: str, bound: float, 
         return
     if len(paths) != 1 or not output:
         _fail("share OUT -o SHARED: one converted run (the folder convert wrote) and -o")
+    if level == "times" and not 0 < bound < 1:
+        _fail(f"--level times: durations perturbed within --bound, a fraction above 0 and "
+              f"below 1 such as 0.05, not {bound:g}")
+    if level != "times" and bound:
+        _fail(f"--bound {bound:g}: durations are perturbed at --level times only; add it, or "
+              "leave --bound out")
     folder, out = Path(paths[0]), Path(output)
     if not folder.is_dir():
         _fail(f"{folder}: a folder convert wrote (chakra.<rank>.et files)")
@@ -527,7 +554,7 @@ def share(paths: tuple[str, ...], output: str | None, level: str, bound: float, 
         _fail(f"{out}: holds files already; add --overwrite or choose another folder")
     try:
         key = sharing.load_key(Path(key_file), lambda line: click.echo(f"chakra-hooks: {line}",
-                                                                        err=True))
+                                                                        err=True), new_key)
         done = sharing.share_run(folder, out, key, sharing.Options(level, bound, seed))
     except ValueError as exc:
         _fail(str(exc))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from array import array
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -120,6 +120,24 @@ class Columns:
     def name(self, p: int) -> str:
         return self.strings.values[self.names[p]]
 
+    def unreached(self) -> list[int]:
+        """Positions of the nodes no replay reaches (on or behind a dependency cycle)."""
+        user_at, users = self.users()
+        dep_at = self.dep_at
+        n = len(self.ids)
+        waiting = array("q", (dep_at[p + 1] - dep_at[p] for p in range(n)))
+        ready = [p for p in range(n) if waiting[p] == 0]
+        reached = len(ready)
+        while ready:
+            p = ready.pop()
+            for k in range(user_at[p], user_at[p + 1]):
+                u = users[k]
+                waiting[u] -= 1
+                if waiting[u] == 0:
+                    ready.append(u)
+                    reached += 1
+        return [] if reached == n else [p for p in range(n) if waiting[p] > 0]
+
     def start(self, p: int) -> float | None:
         s = self.starts[p]
         return None if s != s else s
@@ -152,9 +170,19 @@ def node_times(node: Node, attrs: Mapping[str, object]) -> tuple[float | None, f
     return float(node.start_time_micros), float(node.duration_micros)
 
 
-def columns_of(nodes: Iterable[Node], strings: Strings) -> tuple[Columns, dict[int, dict]]:
+LONGEST_US = 86_400e6  # a node longer than a day is said: a clock or unit gone wrong
+
+
+def columns_of(nodes: Iterable[Node], strings: Strings, path: str = "<nodes>",
+               warn: Callable[[str], None] | None = None) -> tuple[Columns, dict[int, dict]]:
     """A rank's decoded nodes as Columns, and its communication nodes' attributes (node id ->
-    name -> plain value; the last of a name wins, as in consumers' lookups)."""
+    name -> plain value; the last of a name wins, as in consumers' lookups).
+
+    What no figure can be made of is refused (TraceFormatError: a node id used twice, a
+    negative duration); what the figures leave out is said to ``warn`` (dependencies on nodes
+    not in the file, nodes on or behind a dependency cycle, durations over a day)."""
+    from chakra_hooks.common.errors import TraceFormatError
+
     c = Columns(strings)
     comm: dict[int, dict] = {}
     wanted: list[tuple[int, ...]] = []
@@ -173,6 +201,11 @@ def columns_of(nodes: Iterable[Node], strings: Strings) -> tuple[Columns, dict[i
         if node_type in COMM_TYPES or UNRESOLVED in attrs:  # communication: every attribute
             attrs = {a.name: a for a in node.attr}
         start, dur = node_times(node, attrs)
+        if not dur >= 0:  # (nan too)
+            raise TraceFormatError(path, f"node {nid}", f"a duration of 0 or more, not {dur} us")
+        if dur > LONGEST_US and warn is not None:
+            warn(f"{path}: node {nid} ({node.name[:60]}) lasts {dur / 3.6e9:,.1f} h: a clock or "
+                 "unit gone wrong? Its time is taken as it is")
         name = node.name
         is_cpu = "is_cpu_op" in attrs and bool(value_of(attrs["is_cpu_op"]))
         if name == GAP_NAME:
@@ -196,8 +229,12 @@ def columns_of(nodes: Iterable[Node], strings: Strings) -> tuple[Columns, dict[i
         if "moe_expert_tokens" in attrs or "kv_direction" in attrs:
             c.extras[p] = {k: value_of(attrs[k]) for k in EXTRA_ATTRS if k in attrs}
         wanted.append((*node.data_deps, *node.ctrl_deps))
+        if nid in position:
+            raise TraceFormatError(path, f"node {nid}", f"a node id used once; nodes "
+                                   f"#{position[nid]} and #{p} both have it")
         position[nid] = p
     deps, dep_at = c.deps, c.dep_at
+    dangling, example = 0, None
     for p, ds in enumerate(wanted):
         nid = ids[p]
         for d in ds:
@@ -205,7 +242,19 @@ def columns_of(nodes: Iterable[Node], strings: Strings) -> tuple[Columns, dict[i
                 q = position.get(d)
                 if q is not None:
                     deps.append(q)
+                else:
+                    dangling += 1
+                    example = example or (nid, d)
         dep_at.append(len(deps))
+    if warn is not None:
+        if dangling:
+            warn(f"{path}: {dangling:,} dependencies name nodes not in the file (e.g. node "
+                 f"{example[0]} on {example[1]}): left out")
+        stuck = c.unreached()
+        if stuck:
+            warn(f"{path}: {len(stuck):,} of {len(ids):,} nodes are on or behind a dependency "
+                 f"cycle (e.g. node {ids[stuck[0]]}): no replay runs them, and no figure here "
+                 "counts them")
     return c, comm
 
 
@@ -227,9 +276,10 @@ class Rank:
 
     @classmethod
     def of_nodes(cls, rank: int, path: str, nodes: Sequence[Node], strings: Strings | None = None,
-                 keep: bool = True, **where) -> Rank:
-        """A rank of decoded nodes (``keep``: the nodes kept beside the columns)."""
-        columns, comm = columns_of(nodes, strings or Strings())
+                 keep: bool = True, warn: Callable[[str], None] | None = None, **where) -> Rank:
+        """A rank of decoded nodes (``keep``: the nodes kept beside the columns; ``warn``: what
+        ``columns_of`` says)."""
+        columns, comm = columns_of(nodes, strings or Strings(), path, warn)
         return cls(rank, path, columns, comm, nodes=nodes if keep else None, **where)
 
     def position(self, nid: int) -> int:
@@ -276,14 +326,6 @@ def host_and_clock(meta: Mapping[str, object] | None) -> tuple[str | None, str |
                  for v in (meta.get("host"), meta.get("host_clock")))
 
 
-def _rank_in_name(path, position: int) -> int:
-    """``<prefix>.<rank>.et`` (the reference converter's ETs carry no rank), else ``position``."""
-    from .etio import name_and_rank
-
-    rank = name_and_rank(path)[1]
-    return position if rank is None else rank
-
-
 GROUPS_FILE = "comm_group.json"
 
 
@@ -293,7 +335,7 @@ def read_groups(folder) -> dict[str, list[int]]:
 
     import orjson
 
-    from chakra_hooks.common.errors import TraceFormatError
+    from chakra_hooks.common.errors import TraceFormatError, json_kind
 
     beside = Path(folder) / GROUPS_FILE
     if not beside.exists():
@@ -305,37 +347,57 @@ def read_groups(folder) -> dict[str, list[int]]:
                                ) from None
     if not isinstance(loaded, dict) or not all(isinstance(v, list) for v in loaded.values()):
         raise TraceFormatError(beside, "file", "a process group -> ranks object")
-    return {str(k): [int(m) for m in v] for k, v in loaded.items()}
+    out = {}
+    for name, members in loaded.items():
+        if not all(type(m) is int and m >= 0 for m in members) or len(set(members)) < len(members):
+            raise TraceFormatError(beside, f"group {name!r}", "its ranks as distinct whole "
+                                   f"numbers, not {json_kind(members) if not members else members[:8]}")
+        out[str(name)] = list(members)
+    return out
 
 
 PARALLEL_FROM = 64  # ranks: fewer are read in this process (a worker costs ~0.5 s to start)
 
 
-def _read_one(path, position: int, strings: Strings, keep: bool) -> tuple[Rank, int]:
-    """One ET as a Rank (rank from its metadata, else its name, else ``position``), and the
-    run's size it states (0: none)."""
+@dataclass
+class _Read:
+    """One ET as read: its Rank, the rank its metadata and its name give (None: not said),
+    the run's size it states (0: none), and what reading it said."""
+
+    rank: Rank
+    stated: int | None
+    named: int | None
+    world: int
+    said: list[str]
+
+
+def _read_one(path, position: int, strings: Strings, keep: bool) -> _Read:
+    """One ET as a Rank (rank from its metadata, else its name, else ``position``)."""
     from . import etio
 
     et = etio.read_et(path)
     meta = {a.name: value_of(a) for a in et.metadata.attr}
-    rank = int(meta["rank"]) if isinstance(meta.get("rank"), int) else _rank_in_name(
-        path, position)
+    stated = int(meta["rank"]) if isinstance(meta.get("rank"), int) else None
+    named = etio.name_and_rank(path)[1]
+    rank = stated if stated is not None else named if named is not None else position
     world = int(meta["world_size"]) if isinstance(meta.get("world_size"), int) else 0
     host, clock = host_and_clock(meta)
     made = meta.get("made_from_rank")
-    return Rank.of_nodes(rank, str(path), et.nodes, strings, keep, host=host, clock=clock,
-                         made_from=made if isinstance(made, int) else None), world
+    said: list[str] = []
+    return _Read(Rank.of_nodes(rank, str(path), et.nodes, strings, keep, said.append, host=host,
+                               clock=clock, made_from=made if isinstance(made, int) else None),
+                 stated, named, world, said)
 
 
-def _read_some(items: Sequence[tuple[int, str]]) -> tuple[list[str], list[tuple[Rank, int]]]:
-    """``_read_one`` of each (position, path) in a worker: its strings, and the ranks."""
+def _read_some(items: Sequence[tuple[int, str]]) -> tuple[list[str], list[_Read]]:
+    """``_read_one`` of each (position, path) in a worker: its strings, and what it read."""
     strings = Strings()
     return strings.values, [_read_one(path, position, strings, False)
                             for position, path in items]
 
 
 def _read_in_workers(paths: Sequence, strings: Strings, progress: bool | None, workers: int
-                     ) -> list[tuple[Rank, int]]:
+                     ) -> list[_Read]:
     """``_read_one`` of every path, in chunks over ``workers`` processes; each rank's names and
     lanes then index ``strings``."""
     from chakra_hooks.executors import make_executor, progress_bar
@@ -351,25 +413,86 @@ def _read_in_workers(paths: Sequence, strings: Strings, progress: bool | None, w
         bar.close()
         executor.close()
     out = []
-    for values, ranks in results:
+    for values, read in results:
         table = array("i", [strings.add(text) for text in values])
-        for r, world in ranks:
-            c = r.columns
+        for one in read:
+            c = one.rank.columns
             c.names = array("i", [table[i] for i in c.names])
             c.lanes = array("i", [-1 if i < 0 else table[i] for i in c.lanes])
             c.strings = strings
-            out.append((r, world))
+            out.append(one)
     return out
 
 
+def _check_run(read: Sequence[_Read], groups: Mapping[str, Sequence[int]], world: int,
+               groups_file, warn: Callable[[str], None] | None) -> None:
+    """The ETs are one run's, one per rank, and agree with ``comm_group.json``: refused
+    (TraceFormatError) where not; process groups it does not list are said to ``warn``."""
+    from chakra_hooks.common.errors import TraceFormatError
+
+    stated = {one.world for one in read if one.world}
+    if len(stated) > 1:
+        first = next(one for one in read if one.world)
+        other = next(one for one in read if one.world and one.world != first.world)
+        raise TraceFormatError(other.rank.path, "metadata", f"world_size {first.world} as "
+                               f"{first.rank.path} says: the ETs of one run (this one says "
+                               f"{other.world})")
+    one_rank = len({one.stated for one in read}) == 1 and len(read) > 1  # one ET, NPUs 0 and 1
+    seen: dict[int, str] = {}
+    for one in read:
+        r = one.rank
+        if one.stated is not None and one.named is not None and one.stated != one.named:
+            if not one_rank:
+                raise TraceFormatError(r.path, "metadata", f"rank {one.named}, as the file's "
+                                       f"name says; its metadata says rank {one.stated} (a "
+                                       "copy of another rank's ET?)")
+            r.rank = one.named
+        if r.rank in seen:
+            raise TraceFormatError(r.path, "metadata", f"one ET per rank; rank {r.rank} is "
+                                   f"also {seen[r.rank]} (ETs of two runs?)")
+        seen[r.rank] = r.path
+        if world and not 0 <= r.rank < world and not one_rank:
+            raise TraceFormatError(r.path, "metadata", f"a rank below the run's world_size "
+                                   f"{world}, not {r.rank}")
+    for name, members in groups.items():
+        beyond = [m for m in members if world and m >= world]
+        if beyond:
+            raise TraceFormatError(groups_file, f"group {name!r}", f"ranks below the run's "
+                                   f"world_size {world}, not {beyond[0]}")
+    unlisted: dict[str, int] = {}
+    for one in read:
+        r = one.rank
+        for nid, a in r.comm.items():
+            group = a.get("pg_name")
+            if group is None or str(group) in ("", "0"):
+                continue
+            group = str(group)
+            members = groups.get(group)
+            if members is None:
+                unlisted[group] = unlisted.get(group, 0) + 1
+            elif r.rank not in members:
+                raise TraceFormatError(groups_file, f"group {group!r}", f"rank {r.rank} among "
+                                       f"its members {list(members)[:8]}: node {nid} of "
+                                       f"{r.path} is a collective of that group")
+    if unlisted and groups and warn is not None:
+        names = ", ".join(repr(g) for g in list(unlisted)[:4]) + (", ..." if len(unlisted) > 4
+                                                                  else "")
+        warn(f"{groups_file}: lists no members for process group(s) {names}, which "
+             f"{sum(unlisted.values()):,} communication node(s) name: their waits for peers are "
+             "unknown")
+
+
 def read_run(paths: Sequence, keep_nodes: bool | Iterable[int] = False,
-             progress: bool | None = False, workers: int | None = 1
+             progress: bool | None = False, workers: int | None = 1,
+             warn: Callable[[str], None] | None = None
              ) -> tuple[list[Rank], dict[str, list[int]], int]:
     """The ETs of one run as Ranks, read one at a time (rank from each file's metadata, else
     its position), the process groups from ``comm_group.json`` beside the first file, and the
     run's size: the largest ``world_size`` an ET states, else the smallest that holds the ranks
     present. ``keep_nodes``: True, or the positions in ``paths`` whose decoded nodes to keep.
-    ``workers``: processes to read a run of ``PARALLEL_FROM`` ranks or more on (none kept;
+    Damage is refused (TraceFormatError naming the file, the record and what was expected:
+    ``columns_of``, ``_check_run``) or said to ``warn``. ``workers``: processes to read a run
+    of ``PARALLEL_FROM`` ranks or more on (none kept;
     None: one per core; spawned, so a script that asks for them needs ``if __name__ ==
     "__main__"``). ``progress``: a bar on stderr (None: where stderr is a terminal)."""
     from pathlib import Path
@@ -383,12 +506,12 @@ def read_run(paths: Sequence, keep_nodes: bool | Iterable[int] = False,
     else:
         read = [_read_one(path, position, strings, keep(position))
                 for position, path in enumerate(paths)]
-    ranks = [r for r, _ in read]
-    world = max((w for _, w in read), default=0)
-    if len({r.rank for r in ranks}) < len(ranks):
-        # One ET under several names (a one-rank --target astra-sim run, written as NPUs 0
-        # and 1): the names say which NPU each is.
-        for position, r in enumerate(ranks):
-            r.rank = _rank_in_name(r.path, position)
-    groups = read_groups(Path(str(paths[0])).parent) if paths else {}
+    for one in read:
+        for message in one.said if warn is not None else ():
+            warn(message)
+    world = max((one.world for one in read), default=0)
+    folder = Path(str(paths[0])).parent if paths else None
+    groups = read_groups(folder) if folder is not None else {}
+    _check_run(read, groups, world, folder / GROUPS_FILE if folder else "", warn)
+    ranks = [one.rank for one in read]
     return ranks, groups, world or ranks_at_least(ranks)

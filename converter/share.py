@@ -112,10 +112,21 @@ class Pseudonyms:
         return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF or 1
 
 
-def load_key(path: Path, say: Callable[[str], None]) -> bytes:
-    """The user's key from ``path``, made (random, 256 bits, readable by the user alone) when
-    the file does not exist yet."""
+DEFAULT_KEY = Path("~/.chakra-hooks/share.key")
+
+
+def load_key(path: Path, say: Callable[[str], None], new: bool = False) -> bytes:
+    """The user's key from ``path``. It is made (random, 256 bits, readable by the user alone)
+    where asked (``new``), or at the default place on first use; a key file given elsewhere
+    that does not exist is refused (a typo would give other pseudonyms, and two runs shared
+    with them would no longer compare)."""
+    default = path == DEFAULT_KEY
     path = path.expanduser()
+    if path.exists() and new:
+        raise TraceFormatError(path, "key", "no key yet (--new-key makes one; this file holds "
+                               "one already: leave --new-key out to use it)")
+    if not path.exists() and not (new or default):
+        raise TraceFormatError(path, "key", "an existing key file (--new-key makes one there)")
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -123,6 +134,8 @@ def load_key(path: Path, say: Callable[[str], None]) -> bytes:
             fh.write(secrets.token_hex(32) + "\n")
         say(f"created the key {path}: keep it (and never send it); runs shared with it get the "
             "same pseudonyms")
+    else:
+        say(f"using the key {path}")
     text = path.read_text().strip()
     if len(text) < 32:
         raise TraceFormatError(path, "key", "a key of at least 32 characters (the file "

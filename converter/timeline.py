@@ -23,7 +23,7 @@ in the recording, but a replay may overlap them): Perfetto refuses slices that c
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -431,13 +431,14 @@ class Drawn:
 def draw_files(paths: Sequence[Path], change: Change | None = None, described: str = "",
                flows: bool = True, only: set[int] | None = None,
                comm_from: Sequence[Path] | None = None, show: set[int] | None = None,
-               every_rank: bool = False) -> tuple[bytes, Drawn]:
+               every_rank: bool = False, warn: Callable[[str], None] | None = None
+               ) -> tuple[bytes, Drawn]:
     """The Chrome Trace Event JSON of the ETs of one run, each collective's wait for its peers
     apart, with the schedule predicted under ``change`` (on the ranks in ``only``; with
     ``comm_from``, the ETs of another run whose transfers the collectives take) when given:
     the ranks replayed together, as ``whatif`` does. A run of more than ``DRAW_ALL_UP_TO``
     ranks draws the ranks that matter and those in ``show``, unless ``every_rank``; every rank
-    is replayed either way."""
+    is replayed either way. ``warn``: what reading the run says of damage it did not refuse."""
     from chakra_hooks.linker.gc_pause import gc_paused
 
     from . import etio
@@ -449,7 +450,7 @@ def draw_files(paths: Sequence[Path], change: Change | None = None, described: s
     with gc_paused():  # millions of small objects, none in a reference cycle
         small = len(paths) <= DRAW_ALL_UP_TO or every_rank
         ranks, groups, world = run_model.read_run(list(paths), keep_nodes=small, progress=None,
-                                                  workers=None)
+                                                  workers=None, warn=warn)
         peers = run_peers.analyse(ranks, groups, world)
         why: dict[int, str] = {}
         drawn = list(range(len(ranks)))

@@ -124,19 +124,14 @@ def durations(r: Rank, change: Change = Change(),
     c = r.columns
     measured = c.durs
     changed = array("d", measured)
-    by_type = change.comm_by_type or {}
-    if change.compute != 1.0 or change.comm != 1.0 or by_type:  # (x 1.0 changes nothing)
+    if change.compute != 1.0 or change.comm != 1.0 or change.comm_by_type:  # (x 1.0: nothing)
         kinds, ids = c.kinds, c.ids
         for p in range(len(changed)):
             kind = KIND_OF[kinds[p]]
             if kind == "compute":
                 changed[p] *= change.compute
             elif kind == "comm":
-                factor = change.comm
-                a = r.comm.get(ids[p], {})
-                if "comm_type" in a and int(run_peers.attr_value(a, "comm_type")) in by_type:
-                    factor = by_type[int(run_peers.attr_value(a, "comm_type"))]
-                changed[p] *= factor
+                changed[p] *= comm_factor(change, r.comm.get(ids[p], {}))
     if measured_elsewhere is not None:
         ordered = collectives_in_order(c)
         if len(ordered) != len(measured_elsewhere):
@@ -145,6 +140,14 @@ def durations(r: Rank, change: Change = Change(),
         for p, dur in zip(ordered, measured_elsewhere):
             changed[p] = dur
     return measured, changed
+
+
+def comm_factor(change: Change, attrs: Mapping[str, object]) -> float:
+    """The factor ``change`` puts on a communication node with these attributes."""
+    by_type = change.comm_by_type or {}
+    if "comm_type" in attrs and int(run_peers.attr_value(attrs, "comm_type")) in by_type:
+        return by_type[int(run_peers.attr_value(attrs, "comm_type"))]
+    return change.comm
 
 
 def as_rank(path: str, nodes: Sequence[Node] | Rank) -> Rank:
@@ -295,9 +298,11 @@ def replay_run(ranks: Sequence[Rank], change: Change = Change(),
                 key, dur = at + p, mine[p]
                 transfer[key] = took
                 changed_transfer[key] = took * (theirs[p] / dur if dur else 1.0)
-        if elsewhere is not None:
+        if elsewhere is not None:  # the other run's times, and --comm on top of them
+            ids = r.columns.ids
             for p, took in zip(ordered, elsewhere):
                 key = at + p
+                took *= comm_factor(change_here, r.comm.get(ids[p], {}))
                 if key in transfer:
                     changed_transfer[key] = took
                 else:

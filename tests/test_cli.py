@@ -90,3 +90,14 @@ def test_protobuf_uses_the_fast_upb_backend() -> None:
     from google.protobuf.internal import api_implementation
 
     assert api_implementation.Type() == "upb"
+
+
+def test_a_wrong_option_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    for args, says in ((("stats", "--bogus", str(tmp_path)), "--bogus"),
+                       (("whatif", "--comm"), "--comm"),
+                       (("share", str(tmp_path), "--level", "exact"), "--level")):
+        result = run(*args)
+        assert result.returncode == 1, (args, result.returncode, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("chakra-hooks: error:"), result.stderr
+        assert says in lines[0] and "--help" in lines[0], lines[0]

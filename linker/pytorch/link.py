@@ -692,7 +692,9 @@ class PytorchLinker:
             start = ev.start * PS_PER_NS
             if start > op.start_ps:
                 op.attrs["issued_ns"] = op.start_ps // 1000  # when the call queued it
-                op.dur_ps = op.start_ps + op.dur_ps - start
+                # Never below 0: a call cut before gloo began its work (split_host_ops) would
+                # end before its start (by 3-4 ns, once in several DDP runs).
+                op.dur_ps = max(op.start_ps + op.dur_ps - start, 0)
                 op.start_ps = start
                 op.attrs["gloo_thread"] = ev.tid  # whose slack comes before it (gaps.py)
             by_thread[(ev.pid, ev.tid)].append((start, op))

@@ -61,7 +61,11 @@ def _numbers(value):
 
 @pytest.fixture(scope="module")
 def key(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("key") / "share.key"
+    from chakra_hooks.converter.share import load_key
+
+    path = tmp_path_factory.mktemp("key") / "share.key"
+    load_key(path, lambda _: None, new=True)
+    return path
 
 
 @pytest.mark.parametrize("name", sorted(RUNS))
@@ -112,7 +116,8 @@ def test_levels_and_keys(corpus, tmp_path, key):
         _ok(_cli("share", out, "-o", tmp_path / level, "--key-file", key, "--level", level,
                  *extra))
     _ok(_cli("share", out, "-o", tmp_path / "again", "--key-file", key))
-    _ok(_cli("share", out, "-o", tmp_path / "other", "--key-file", tmp_path / "other.key"))
+    _ok(_cli("share", out, "-o", tmp_path / "other", "--key-file", tmp_path / "other.key",
+             "--new-key"))
     before = etio.read_et(out / "chakra.0.et").nodes
     names = {n.id: n for n in etio.read_et(tmp_path / "names" / "chakra.0.et").nodes}
     again = {n.id: n for n in etio.read_et(tmp_path / "again" / "chakra.0.et").nodes}
@@ -194,3 +199,22 @@ def test_refusals_are_one_line(tmp_path, key):
         assert done.returncode == 1 and says in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
     shutil.rmtree(tmp_path / "empty")
+
+
+def test_a_key_is_made_only_where_asked_and_bounds_only_where_they_apply(corpus, tmp_path, key):
+    """A typo in --key-file is refused, not a new key (two shared runs would no longer
+    compare); --new-key makes one, and not over an existing one; --bound without --level times
+    and --level times without a bound are refused; the key used is named."""
+    out = tmp_path / "out"
+    _ok(_cli("convert", corpus / "pytorch" / "a100_simple_add", "-o", out))
+    typo = tmp_path / "nowhere" / "share.kye"
+    done = _cli("share", out, "-o", tmp_path / "s1", "--key-file", typo)
+    assert done.returncode == 1 and "--new-key" in done.stderr and not typo.parent.exists()
+    done = _cli("share", out, "-o", tmp_path / "s2", "--key-file", key, "--new-key")
+    assert done.returncode == 1 and "holds one already" in done.stderr
+    said = _cli("share", out, "-o", tmp_path / "s3", "--key-file", key)
+    assert said.returncode == 0 and f"using the key {key}" in said.stderr
+    for extra, says in ((("--bound", "0.05"), "--level times only"),
+                        (("--level", "times"), "a fraction above 0")):
+        done = _cli("share", out, "-o", tmp_path / "s4", "--key-file", key, *extra)
+        assert done.returncode == 1 and says in done.stderr and "\n" not in done.stderr.strip()

@@ -1,0 +1,42 @@
+"""Options of the run tools combine as they say: ``--comm`` on top of ``--comm-from`` (it was
+dropped), in ``whatif`` and ``timeline`` alike."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from chakra_hooks.convert import convert_paths
+
+
+@pytest.fixture(scope="module")
+def dlrm(corpus, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("dlrm") / "run"
+    convert_paths([corpus / "pytorch" / "v100_dlrm_8rank"], out, progress=False,
+                  warn=lambda _: None)
+    return out
+
+
+def _whatif(run: Path, *args: str) -> dict:
+    done = subprocess.run([sys.executable, "-m", "chakra_hooks", "whatif", "--json", *args,
+                           str(run)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return orjson.loads(done.stdout.splitlines()[-1])["run"]
+
+
+def test_comm_applies_on_top_of_comm_from(dlrm):
+    """The run's own transfers taken with --comm-from change nothing; with --comm 0 on top,
+    the prediction is --comm 0's alone (all_reduce=0x likewise), not the recording's."""
+    alone = _whatif(dlrm, "--comm", "0x")
+    own = _whatif(dlrm, "--comm-from", str(dlrm))
+    both = _whatif(dlrm, "--comm-from", str(dlrm), "--comm", "0x")
+    assert own["predicted_us"] == pytest.approx(own["replayed_us"], rel=1e-9)
+    assert both["predicted_us"] == pytest.approx(alone["predicted_us"], rel=1e-9)
+    assert both["predicted_us"] < own["predicted_us"]
+    typed = _whatif(dlrm, "--comm-from", str(dlrm), "--comm", "all_reduce=0x")
+    assert typed["predicted_us"] == pytest.approx(
+        _whatif(dlrm, "--comm", "all_reduce=0x")["predicted_us"], rel=1e-9)
