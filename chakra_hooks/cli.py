@@ -34,6 +34,9 @@ def _et_files(paths: tuple[str, ...]) -> Iterator[Path]:
                 _fail(f"{path}: no .et or .et.gz files in this folder; if it holds traces, convert "
                       f"them first: chakra-hooks convert {path} -o OUT")
             yield from sorted(found, key=_rank_order)
+        elif path.name == "comm_group.json":  # beside the ETs, read with them
+            _fail(f"{path}: the run's process groups, read with its ETs; give the folder "
+                  f"{path.parent}")
         elif path.exists():
             yield path
         else:
@@ -632,7 +635,37 @@ def validate(files: tuple[str, ...], as_json: bool, target: str, limit: int) -> 
         _print_report(path, report, limit)
     if parse_target(target) == Target.ASTRA_SIM and len(run) > 1:
         failed |= _validate_run(files, run, as_json)
+    # Files of one run share a name (<prefix>.<rank>.et); others are workloads of their own.
+    runs: dict[tuple[Path, str], list[Path]] = {}
+    for path in _et_files(files):
+        runs.setdefault((path.parent, _rank_order(path)[0]), []).append(path)
+    for (folder, _), paths in runs.items():
+        if len(paths) > 1 or (folder / "comm_group.json").exists():
+            failed |= _validate_as_one_run(paths, as_json)
     sys.exit(1 if failed else 0)
+
+
+def _validate_as_one_run(paths: list[Path], as_json: bool) -> bool:
+    """The files as one run, as stats, whatif and timeline read it (converter/run_model.py):
+    one ET per rank of one world, and comm_group.json agreeing with them. True on a problem."""
+    from chakra_hooks.converter import run_model
+
+    try:
+        run_model.read_run(paths)
+        problem = None
+    except TraceFormatError as exc:
+        problem = str(exc)
+    folder = paths[0].parent
+    if as_json:
+        click.echo(orjson.dumps({"path": str(folder), "ok": problem is None, "run": True,
+                                 "problems": [{"check": "one-run", "message": problem}]
+                                 if problem else []}).decode())
+    else:
+        click.echo(f"{folder}: as one run of {len(paths)} file(s): "
+                   f"{'ok' if problem is None else 'FAILED'}")
+        if problem:
+            click.echo(f"  one-run: {problem}")
+    return problem is not None
 
 
 def _print_report(path: Path, report, limit: int) -> None:

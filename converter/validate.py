@@ -106,6 +106,10 @@ def _check_node(node: Node, ids: set[int], target: ModuleType, add) -> None:
         _check_comm(node, attrs, target, add)
     elif node.type == COMP and node.duration_micros == 0 and not any(a in attrs for a in EXACT_DURATION_ATTRS):
         add(Problem("duration", nid, "COMP node without a duration (duration_micros is 0)"))
+    for name in ("duration_ns", "duration_ps"):
+        value = value_of(attrs[name]) if name in attrs else 0
+        if isinstance(value, (int, float)) and value < 0:
+            add(Problem("duration", nid, f"{name} {value}: a duration below 0"))
 
 
 def _check_attr_types(nid: int, attrs: dict, add) -> None:

@@ -158,3 +158,27 @@ def test_a_group_comm_group_json_does_not_list_is_named(dlrm, tmp_path):
     _group_of_node(run, 3, "5")
     (run / "comm_group.json").write_bytes(orjson.dumps({"1": [0, 1]}))
     _warned(run, tmp_path, "comm_group.json", "'5'", "waits for peers are unknown")
+
+
+def test_validate_names_what_the_run_tools_refuse(dlrm, tmp_path):
+    """A negative duration is a problem of its file, an ET copied over another rank's one of
+    the run; comm_group.json given as an ET is sent to its folder."""
+    run = _copy(dlrm, tmp_path)
+
+    def negative(nodes):
+        for attr in nodes[100].attr:
+            if attr.name == "duration_ns":
+                attr.uint64_val = 0
+                attr.int64_val = -5000
+    _edit(run / "chakra.3.et", negative)
+    shutil.copy(run / "chakra.2.et", run / "chakra.5.et")
+    done = subprocess.run([sys.executable, "-m", "chakra_hooks", "validate", str(run)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1
+    assert "duration: node" in done.stdout and "a duration below 0" in done.stdout, done.stdout
+    assert "as one run of 8 file(s): FAILED" in done.stdout and "chakra.5.et" in done.stdout
+    (run / "comm_group.json").write_bytes(b"{}")
+    done = subprocess.run([sys.executable, "-m", "chakra_hooks", "stats",
+                           str(run / "comm_group.json")], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 1 and "give the folder" in done.stderr, done.stderr
