@@ -237,6 +237,7 @@ def stats(files: tuple[str, ...], as_json: bool) -> None:
         matched = bool(mine.wait_us) or mine.unknown > 0  # without communication: nothing said
         ranks.append(measure.rank_stats(r.path, r.columns, mine.wait_us if matched else None,
                                         mine.transfer_us, mine.unknown))
+        ranks[-1].rank = r.rank
     late = model.straggler(run, peers) if len(run) > 1 and peers.columns else None
     if as_json:
         for r in ranks:
@@ -606,6 +607,7 @@ def validate(files: tuple[str, ...], as_json: bool, target: str, limit: int) -> 
     one ASTRA-sim accepts.
     """
     from chakra_hooks.converter import etio
+    from chakra_hooks.converter.validate import Problem
     from chakra_hooks.converter.validate import validate as check
 
     failed = False
@@ -622,6 +624,12 @@ def validate(files: tuple[str, ...], as_json: bool, target: str, limit: int) -> 
                                                        "message": str(exc)}]}).decode())
             continue
         report = check(str(path), et.metadata, et.nodes, target=target)
+        made_for = next((a.string_val for a in et.metadata.attr if a.name == "target"), "")
+        if parse_target(target) == Target.ASTRA_SIM and made_for == Target.FULL.value:
+            # Not an ASTRA-sim conversion: one problem that says so, not one per node.
+            report.problems = [Problem("target", None, "a --target full conversion (its "
+                                       "metadata says so); convert --target astra-sim writes "
+                                       "what ASTRA-sim reads")]
         failed |= not report.ok
         rank = _rank_order(path)[1]
         if rank >= 0:

@@ -58,13 +58,16 @@ class RankStats:
     transfer_us: float | None = None
     peer_wait_on_path_us: float = 0.0
     wait_unknown: int = 0
+    rank: int | None = None  # where read with its run
+
 
     @property
     def coverage(self) -> float:
         return self.critical_path_us / self.span_us if self.span_us else 0.0
 
     def to_json(self) -> dict:
-        return {"path": self.path, "nodes": self.nodes, "span_us": round(self.span_us, 3),
+        return {**({"rank": self.rank} if self.rank is not None else {}),
+                "path": self.path, "nodes": self.nodes, "span_us": round(self.span_us, 3),
                 "critical_path_us": round(self.critical_path_us, 3),
                 "coverage": round(self.coverage, 4),
                 "critical_path_by_kind_us": {k: round(v, 3) for k, v in self.by_kind_us.items()},

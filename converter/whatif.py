@@ -68,9 +68,11 @@ class RankWhatIf:
     predicted_us: float  # replay with the change
     before_us: dict[str, float]  # critical path by kind, measured durations
     after_us: dict[str, float]  # critical path by kind, changed durations
+    rank: int | None = None  # where replayed with its run
 
     def to_json(self) -> dict:
-        return {"path": self.path, "span_us": round(self.span_us, 3),
+        return {**({"rank": self.rank} if self.rank is not None else {}),
+                "path": self.path, "span_us": round(self.span_us, 3),
                 "replayed_us": round(self.replayed_us, 3),
                 "predicted_us": round(self.predicted_us, 3),
                 "change": round(self.predicted_us / self.replayed_us - 1, 4)
@@ -321,7 +323,8 @@ def replay_run(ranks: Sequence[Rank], change: Change = Change(),
     made_before = _made_of(ranks, before, measured)
     made_after = _made_of(ranks, after, changed)
     out = [RankWhatIf(r.path, span_of(r.columns), ends_before[index] - base[index],
-                      ends_after[index] - base[index], made_before[index], made_after[index])
+                      ends_after[index] - base[index], made_before[index], made_after[index],
+                      r.rank)
            for index, r in enumerate(ranks)]
     ends = [_last_end(r.columns) - peers.offsets_us.get(r.rank, 0.0) for r in ranks]
     return RunWhatIf(out, max(ends, default=0.0) - origin, max(ends_before, default=0.0),

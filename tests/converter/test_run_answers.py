@@ -40,3 +40,21 @@ def test_comm_applies_on_top_of_comm_from(dlrm):
     typed = _whatif(dlrm, "--comm-from", str(dlrm), "--comm", "all_reduce=0x")
     assert typed["predicted_us"] == pytest.approx(
         _whatif(dlrm, "--comm", "all_reduce=0x")["predicted_us"], rel=1e-9)
+
+
+def test_per_rank_json_lines_name_their_rank(dlrm):
+    for command in (["stats", "--json"], ["whatif", "--json", "--comm", "0.5x"]):
+        done = subprocess.run([sys.executable, "-m", "chakra_hooks", *command, str(dlrm)],
+                              capture_output=True, text=True, timeout=300)
+        lines = [orjson.loads(line) for line in done.stdout.splitlines()[:-1]]
+        assert [line["rank"] for line in lines] == list(range(8)), command
+        assert all(line["path"].endswith(f"chakra.{line['rank']}.et") for line in lines)
+
+
+def test_validate_for_astra_sim_says_a_full_conversion_is_not_one(dlrm):
+    done = subprocess.run([sys.executable, "-m", "chakra_hooks", "validate", "--target",
+                           "astra-sim", str(dlrm / "chakra.0.et")], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 1
+    problems = [line for line in done.stdout.splitlines() if line.startswith("  ")]
+    assert len(problems) == 1 and "a --target full conversion" in problems[0], done.stdout
