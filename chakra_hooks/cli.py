@@ -612,7 +612,10 @@ def validate(files: tuple[str, ...], as_json: bool, target: str, limit: int) -> 
 
     failed = False
     run: dict[int, object] = {}
+    # Files of one run share a name (<prefix>.<rank>.et); others are workloads of their own.
+    runs: dict[tuple[Path, str], list[Path]] = {}
     for path in _et_files(files):
+        runs.setdefault((path.parent, _rank_order(path)[0]), []).append(path)
         try:
             et = etio.read_et(path)
         except TraceFormatError as exc:  # the one-line error; the other files still run
@@ -643,10 +646,6 @@ def validate(files: tuple[str, ...], as_json: bool, target: str, limit: int) -> 
         _print_report(path, report, limit)
     if parse_target(target) == Target.ASTRA_SIM and len(run) > 1:
         failed |= _validate_run(files, run, as_json)
-    # Files of one run share a name (<prefix>.<rank>.et); others are workloads of their own.
-    runs: dict[tuple[Path, str], list[Path]] = {}
-    for path in _et_files(files):
-        runs.setdefault((path.parent, _rank_order(path)[0]), []).append(path)
     for (folder, _), paths in runs.items():
         if len(paths) > 1 or (folder / "comm_group.json").exists():
             failed |= _validate_as_one_run(paths, as_json)

@@ -122,30 +122,12 @@ class Columns:
 
     def unreached(self) -> list[int]:
         """Positions of the nodes no replay reaches (on or behind a dependency cycle)."""
-        user_at, users = self.users()
-        dep_at = self.dep_at
-        n = len(self.ids)
-        waiting = array("q", (dep_at[p + 1] - dep_at[p] for p in range(n)))
-        ready = [p for p in range(n) if waiting[p] == 0]
-        reached = len(ready)
-        while ready:
-            p = ready.pop()
-            for k in range(user_at[p], user_at[p + 1]):
-                u = users[k]
-                waiting[u] -= 1
-                if waiting[u] == 0:
-                    ready.append(u)
-                    reached += 1
-        return [] if reached == n else [p for p in range(n) if waiting[p] > 0]
+        finish = longest_path(self, self.durs)[0]
+        return [p for p in range(len(finish)) if finish[p] != finish[p]]
 
     def start(self, p: int) -> float | None:
         s = self.starts[p]
         return None if s != s else s
-
-    def timed(self) -> Iterable[int]:
-        """Positions of the nodes with a start."""
-        starts = self.starts
-        return (p for p in range(len(starts)) if starts[p] == starts[p])
 
     def retimed(self, starts: array, durs: array) -> Columns:
         """The same nodes with other times (the graph and tables shared)."""
@@ -154,6 +136,35 @@ class Columns:
             setattr(other, name, getattr(self, name))
         other.starts, other.durs = starts, durs
         return other
+
+
+def longest_path(c: Columns, dur: array) -> tuple[array, array, int]:
+    """The critical path over a rank's columns (stats.py ``critical_path``, by position): each
+    node's earliest finish after its dependencies with durations ``dur`` (nan: never reached,
+    behind a cycle), the node that decided its start (-1: none), and the node that finishes
+    last (the first to get there; -1 for no node)."""
+    n = len(c)
+    user_at, users = c.users()
+    dep_at = c.dep_at
+    waiting = array("q", (dep_at[p + 1] - dep_at[p] for p in range(n)))
+    ready = [p for p in range(n) if waiting[p] == 0]
+    start = array("d", bytes(8 * n))
+    via = array("q", [-1]) * n
+    finish = array("d", [float("nan")]) * n
+    best, last = 0.0, -1
+    while ready:
+        p = ready.pop()
+        f = finish[p] = start[p] + dur[p]
+        if last < 0 or f > best:
+            best, last = f, p
+        for k in range(user_at[p], user_at[p + 1]):
+            user = users[k]
+            if via[user] < 0 or f > start[user]:
+                start[user], via[user] = f, p
+            waiting[user] -= 1
+            if waiting[user] == 0:
+                ready.append(user)
+    return finish, via, last
 
 
 def node_times(node: Node, attrs: Mapping[str, object]) -> tuple[float | None, float]:

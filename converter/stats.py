@@ -29,9 +29,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from array import array
-
-from .run_model import GAP, KIND_NAMES, Columns, Strings, columns_of
+from .run_model import GAP, KIND_NAMES, Columns, Strings, columns_of, longest_path
 from .schema import COMM_COLL, COMM_RECV, COMM_SEND, MEM_LOAD, MEM_STORE, Node
 
 _COMM = frozenset((COMM_COLL, COMM_SEND, COMM_RECV))
@@ -84,15 +82,8 @@ class RankStats:
                    if self.peer_wait_us is not None else {})}
 
 
-def span_us(times: dict[int, tuple[float | None, float]]) -> float:
-    """From the first start to the last end among timed nodes (``node_times`` values)."""
-    starts = [s for s, _ in times.values() if s is not None]
-    ends = [s + d for s, d in times.values() if s is not None]
-    return (max(ends) - min(starts)) if starts else 0.0
-
-
 def span_of(c: Columns) -> float:
-    """``span_us`` of a rank's columns."""
+    """From the first start to the last end among a rank's timed nodes."""
     starts, durs = c.starts, c.durs
     timed = [p for p in range(len(starts)) if starts[p] == starts[p]]
     return (max(starts[p] + durs[p] for p in timed) - min(starts[p] for p in timed)
@@ -187,34 +178,6 @@ def idle_time(c: Columns) -> dict[str, dict[str, float]]:
         part["unexplained"] += unexplained
         part["explained"] += idle - unexplained
     return out
-
-
-def longest_path(c: Columns, dur: array) -> tuple[array, array, int]:
-    """``critical_path`` over a rank's columns, by position: each node's earliest finish (nan:
-    never reached, behind a cycle), the node that decided its start (-1: none), and the node
-    that finishes last (the first to get there; -1 for no node)."""
-    n = len(c)
-    user_at, users = c.users()
-    dep_at = c.dep_at
-    waiting = array("q", (dep_at[p + 1] - dep_at[p] for p in range(n)))
-    ready = [p for p in range(n) if waiting[p] == 0]
-    start = array("d", bytes(8 * n))
-    via = array("q", [-1]) * n
-    finish = array("d", [float("nan")]) * n
-    best, last = 0.0, -1
-    while ready:
-        p = ready.pop()
-        f = finish[p] = start[p] + dur[p]
-        if last < 0 or f > best:
-            best, last = f, p
-        for k in range(user_at[p], user_at[p + 1]):
-            user = users[k]
-            if via[user] < 0 or f > start[user]:
-                start[user], via[user] = f, p
-            waiting[user] -= 1
-            if waiting[user] == 0:
-                ready.append(user)
-    return finish, via, last
 
 
 def critical_path(nodes: Sequence[Node], dur: dict[int, float]

@@ -402,14 +402,12 @@ def ranks_that_matter(ranks: Sequence, peers) -> dict[int, str]:
     peers waited for longest), the rank of the longest recorded span and the rank of the
     median span."""
     from .stats import span_of
+    from .whatif import most_waited_for, waited_for
 
     why: dict[int, list[str]] = defaultdict(list)
-    waited: dict[int, float] = defaultdict(float)
-    for column in peers.columns:
-        last = peers.last_arrival(column)
-        waited[last[0]] += sum(peers.wait_us[k] for k in column if k != last)
-    if waited and max(waited.values()) > 0:
-        why[max(waited, key=lambda rank: (waited[rank], -rank))].append("straggler")
+    late = most_waited_for(waited_for(ranks, peers))
+    if late is not None:
+        why[late].append("straggler")
     spans = sorted((span_of(r.columns), r.rank) for r in ranks)
     if spans:
         why[spans[-1][1]].append("longest span")

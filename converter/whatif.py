@@ -30,9 +30,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from . import peers as run_peers
-from .run_model import Columns, Rank
+from .run_model import Columns, Rank, longest_path
 from .schema import COMM_COLL, COMM_RECV, COMM_SEND, CollectiveCommType, Node
-from .stats import longest_path, span_of
+from .stats import span_of
 
 _COMM = frozenset((COMM_COLL, COMM_SEND, COMM_RECV))
 COMM_TYPES = {CollectiveCommType.Name(v).lower(): v for v in CollectiveCommType.values()}
@@ -382,8 +382,7 @@ class Straggler:
 
     @property
     def rank(self) -> int | None:
-        worst = max(self.waited_for_us.items(), key=lambda kv: (kv[1], -kv[0]), default=None)
-        return worst[0] if worst and worst[1] > 0 else None
+        return most_waited_for(self.waited_for_us)
 
     @property
     def slowdown(self) -> float:
@@ -405,12 +404,26 @@ def compute_us(rank: Rank) -> float:
     return sum(durs[p] for p in range(len(kinds)) if KIND_OF[kinds[p]] == "compute")
 
 
-def straggler(ranks: Sequence[run_peers.Rank], peers: run_peers.Peers) -> Straggler:
-    """``Straggler`` for a run (compute: a rank's compute nodes other than gaps, added up)."""
+def waited_for(ranks: Sequence[Rank], peers: run_peers.Peers) -> dict[int, float]:
+    """Per rank, how long its peers waited for it in all (each matched collective's waits are
+    its last member's doing)."""
     waited = {r.rank: 0.0 for r in ranks}
     for column in peers.columns:
         last = peers.last_arrival(column)
         waited[last[0]] += sum(peers.wait_us[k] for k in column if k != last)
+    return waited
+
+
+def most_waited_for(waited: Mapping[int, float]) -> int | None:
+    """The rank its peers waited for longest (``waited_for``; the lower on a tie), or None
+    where none was waited for."""
+    worst = max(waited.items(), key=lambda kv: (kv[1], -kv[0]), default=None)
+    return worst[0] if worst and worst[1] > 0 else None
+
+
+def straggler(ranks: Sequence[Rank], peers: run_peers.Peers) -> Straggler:
+    """``Straggler`` for a run (compute: a rank's compute nodes other than gaps, added up)."""
+    waited = waited_for(ranks, peers)
     compute = {r.rank: compute_us(r) for r in ranks}
     middle = sorted(compute.values())[(len(compute) - 1) // 2] if compute else 0.0
     scaled = {rank: Change(compute=middle / c) for rank, c in compute.items() if c}

@@ -69,3 +69,14 @@ def dlrm_two_ranks(corpus: Path, tmp_path: Path) -> Path:
         shutil.copy(source / f"dlrm_eg_{rank}.json.gz", run)
         shutil.copy(next(source.glob(f"worker{rank}_step_12.*.pt.trace.json.gz")), run)
     return run
+
+
+@pytest.fixture(scope="session")
+def dlrm_converted(corpus: Path, tmp_path_factory) -> Path:
+    """The corpus's 8-rank DLRM run converted (--target full), to read; copy it to damage it."""
+    from chakra_hooks.convert import convert_paths
+
+    out = tmp_path_factory.mktemp("dlrm_converted") / "run"
+    convert_paths([corpus / "pytorch" / "v100_dlrm_8rank"], out, progress=False,
+                  warn=lambda _: None)
+    return out

@@ -19,17 +19,9 @@ from chakra_hooks.convert import convert_paths
 COMMANDS = (["stats"], ["whatif", "--comm", "0.5x"], ["timeline", "-o", "{out}"])
 
 
-@pytest.fixture(scope="module")
-def dlrm(corpus, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("dlrm") / "run"
-    convert_paths([corpus / "pytorch" / "v100_dlrm_8rank"], out, progress=False,
-                  warn=lambda _: None)
-    return out
-
-
-def _copy(dlrm: Path, tmp_path: Path) -> Path:
+def _copy(dlrm_converted: Path, tmp_path: Path) -> Path:
     run = tmp_path / "run"
-    shutil.copytree(dlrm, run)
+    shutil.copytree(dlrm_converted, run)
     return run
 
 
@@ -65,8 +57,8 @@ def _warned(run: Path, tmp_path: Path, *words: str) -> None:
         assert any(all(word in line for word in words) for line in warnings), done.stderr
 
 
-def test_a_negative_duration_is_refused(dlrm, tmp_path):
-    run = _copy(dlrm, tmp_path)
+def test_a_negative_duration_is_refused(dlrm_converted, tmp_path):
+    run = _copy(dlrm_converted, tmp_path)
 
     def negative(nodes):
         for node in nodes[100:110]:
@@ -79,8 +71,8 @@ def test_a_negative_duration_is_refused(dlrm, tmp_path):
     _refused(run, tmp_path, "chakra.3.et", "node", "a duration of 0 or more")
 
 
-def test_a_duplicate_node_id_is_refused(dlrm, tmp_path):
-    run = _copy(dlrm, tmp_path)
+def test_a_duplicate_node_id_is_refused(dlrm_converted, tmp_path):
+    run = _copy(dlrm_converted, tmp_path)
 
     def duplicate(nodes):
         nodes[200].id = nodes[100].id
@@ -88,8 +80,8 @@ def test_a_duplicate_node_id_is_refused(dlrm, tmp_path):
     _refused(run, tmp_path, "chakra.2.et", "a node id used once")
 
 
-def test_a_dependency_cycle_is_named_by_every_command(dlrm, tmp_path):
-    run = _copy(dlrm, tmp_path)
+def test_a_dependency_cycle_is_named_by_every_command(dlrm_converted, tmp_path):
+    run = _copy(dlrm_converted, tmp_path)
 
     def cycle(nodes):
         a, b = nodes[300], nodes[301]
@@ -103,21 +95,21 @@ def test_a_dependency_cycle_is_named_by_every_command(dlrm, tmp_path):
     assert any("dependency cycle" in w for w in summary["warnings"])
 
 
-def test_an_et_copied_over_another_rank_or_beside_is_refused(dlrm, tmp_path):
-    run = _copy(dlrm, tmp_path)
+def test_an_et_copied_over_another_rank_or_beside_is_refused(dlrm_converted, tmp_path):
+    run = _copy(dlrm_converted, tmp_path)
     shutil.copy(run / "chakra.2.et", run / "chakra.3.et")
     _refused(run, tmp_path, "chakra.3.et", "rank 3", "metadata says rank 2")
-    run = _copy(dlrm, tmp_path / "beside")
+    run = _copy(dlrm_converted, tmp_path / "beside")
     shutil.copy(run / "chakra.2.et", run / "chakra.8.et")
     _refused(run, tmp_path, "chakra.8.et", "metadata says rank 2")
 
 
-def test_two_runs_given_as_one_are_refused(dlrm, corpus, tmp_path):
+def test_two_runs_given_as_one_are_refused(dlrm_converted, corpus, tmp_path):
     other = tmp_path / "other"
     convert_paths([corpus / "pytorch" / "a100_resnet_nccl"], other, progress=False,
                   warn=lambda _: None)
     both = [subprocess.run([sys.executable, "-m", "chakra_hooks", "stats",
-                            str(dlrm / "chakra.0.et"), str(other / "chakra.0.et")],
+                            str(dlrm_converted / "chakra.0.et"), str(other / "chakra.0.et")],
                            capture_output=True, text=True, timeout=300)]
     line = both[0].stderr.strip()
     assert both[0].returncode == 1 and "\n" not in line, line
@@ -129,8 +121,8 @@ def test_two_runs_given_as_one_are_refused(dlrm, corpus, tmp_path):
                                                        "distinct whole numbers")),
     ({"0": [0, 1, 2, 3, 4, 5, 6, 9]}, ("comm_group.json", "below the run's world_size 8")),
 ])
-def test_a_comm_group_file_that_is_wrong_is_refused(dlrm, tmp_path, groups, words):
-    run = _copy(dlrm, tmp_path)
+def test_a_comm_group_file_that_is_wrong_is_refused(dlrm_converted, tmp_path, groups, words):
+    run = _copy(dlrm_converted, tmp_path)
     (run / "comm_group.json").write_bytes(orjson.dumps(groups))
     _refused(run, tmp_path, *words)
 
@@ -145,25 +137,25 @@ def _group_of_node(run: Path, rank: int, group: str) -> None:
     _edit(run / f"chakra.{rank}.et", regroup)
 
 
-def test_a_collective_of_a_group_its_rank_is_not_in_is_refused(dlrm, tmp_path):
-    run = _copy(dlrm, tmp_path)
+def test_a_collective_of_a_group_its_rank_is_not_in_is_refused(dlrm_converted, tmp_path):
+    run = _copy(dlrm_converted, tmp_path)
     _group_of_node(run, 3, "1")
     (run / "comm_group.json").write_bytes(orjson.dumps({"1": [0, 1]}))
     _refused(run, tmp_path, "comm_group.json", "group '1'", "rank 3 among its members",
              "chakra.3.et")
 
 
-def test_a_group_comm_group_json_does_not_list_is_named(dlrm, tmp_path):
-    run = _copy(dlrm, tmp_path)
+def test_a_group_comm_group_json_does_not_list_is_named(dlrm_converted, tmp_path):
+    run = _copy(dlrm_converted, tmp_path)
     _group_of_node(run, 3, "5")
     (run / "comm_group.json").write_bytes(orjson.dumps({"1": [0, 1]}))
     _warned(run, tmp_path, "comm_group.json", "'5'", "waits for peers are unknown")
 
 
-def test_validate_names_what_the_run_tools_refuse(dlrm, tmp_path):
+def test_validate_names_what_the_run_tools_refuse(dlrm_converted, tmp_path):
     """A negative duration is a problem of its file, an ET copied over another rank's one of
     the run; comm_group.json given as an ET is sent to its folder."""
-    run = _copy(dlrm, tmp_path)
+    run = _copy(dlrm_converted, tmp_path)
 
     def negative(nodes):
         for attr in nodes[100].attr:
