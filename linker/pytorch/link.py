@@ -92,6 +92,9 @@ CROSS_RUN_MATCH = 0.95
 # collector writes (linker/enrich/routing.py hangs the routing bins on it), and the KV-cache transfer
 # ranges of the vLLM collector's connector (linker/enrich/kv.py makes them MEM_LOAD / MEM_STORE).
 OPAQUE_ANNOTATIONS = ("moe_routing:", "kv:")
+# How far down the top-level ops (other threads' interleaved) the next op of a thread is looked
+# for: an annotation emptied by the ET holds it.
+_SAME_THREAD_WITHIN = 64
 _INT64 = 1 << 63
 # gloo runs each collective under a ``gloo:<name>`` range on a thread of its own: that is the
 # collective's own execution (waiting for its peers included), which the comm op stands for;
@@ -238,6 +241,7 @@ class PytorchLinker:
             self.match = match_et(self.et, self.kt.host, self.threads)
             self._choose_window()
             self._promote_escaped()
+            self._read_through_emptied()
         device_links = self._prelink_device() if self.kt is not None else []
         self.comm_on_device = self._device_has_comm()
         if self.et is not None:
@@ -361,6 +365,41 @@ class PytorchLinker:
             f"{self.et.path}: {len(promoted)} ops are nested in the ET under ops that had "
             "ended before they began (Kineto's times; an async collective leaves the ET "
             "observer's nesting wrong): converted as the top-level ops they were")
+
+    def _read_through_emptied(self) -> None:
+        """Annotations the ET left without children while the ops after them ran inside them.
+
+        The same broken stack (``_promote_escaped``) can hang an annotation's ops from the one
+        around it instead (DDP's last ``DistributedDataParallel.forward`` of a window, its
+        ``device_sleep``s children of the ``ProfilerStep``): the annotation then reads as a
+        top-level op of its own, its time counted twice beside the ops it held, and the op
+        after it waiting for nothing on its thread. An annotation with no children whose
+        Kineto range holds the next top-level op of its thread is read through, as an
+        annotation with children is (``select_et``)."""
+        by_et = self.match.by_et
+        if not by_et:
+            return
+        tops, kept, emptied = self.tops, [], 0
+        for i, top in enumerate(tops):
+            ev = by_et.get(top.id)
+            if (ev is not None and not top.children and top.scope == USER_SCOPE
+                    and not top.name.startswith(OPAQUE_ANNOTATIONS)):
+                nxt = next((by_et[t.id] for t in tops[i + 1:i + 1 + _SAME_THREAD_WITHIN]
+                            if t.id in by_et and by_et[t.id].tid == ev.tid
+                            and by_et[t.id].pid == ev.pid), None)
+                if nxt is not None and ev.start <= nxt.start and nxt.dur < ev.dur \
+                        and nxt.start + nxt.dur <= ev.start + ev.dur:
+                    emptied += 1
+                    continue
+            kept.append(top)
+        if not emptied:
+            return
+        self.tops = kept
+        self.trace.stats["et_emptied_annotations"] = emptied
+        self.trace.warnings.append(
+            f"{self.et.path}: {emptied} annotation(s) have no children in the ET, while the "
+            "ops after them ran inside them (Kineto's times; an async collective leaves the ET "
+            "observer's nesting wrong): read through, as annotations with children are")
 
     def _prelink_device(self) -> list[tuple[KEvent, KEvent | None, KEvent | None]]:
         """Device event -> its launching runtime call and the innermost host range around it."""

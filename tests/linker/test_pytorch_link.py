@@ -277,6 +277,37 @@ def test_gloo_collectives_on_cpu(gloo_traces: Path) -> None:
         [op.comm.comm_type for op in per_rank[1] if op.kind == OpKind.COLLECTIVE]
 
 
+@pytest.mark.slow
+def test_an_annotation_the_et_emptied_is_read_through(gloo_traces: Path, tmp_path: Path) -> None:
+    """The ET observer's stack, left wrong by an async collective, can hang an annotation's
+    ops from the one around it (seen on DDP's last forward of a window): the annotation then
+    had no children and was kept as an op of its own, beside the ops it held (their time
+    twice, and the first of them waiting for nothing on its thread). Made here by moving
+    ``train_forward``'s children up a level: the ops must come out as they do undamaged."""
+    import json
+
+    et = json.loads((gloo_traces / "et_rank0.json").read_text())
+    nodes = {n["id"]: n for n in et["nodes"]}
+    annotation = next(n for n in et["nodes"] if n["name"] == "train_forward")
+    moved = [n for n in et["nodes"] if n["ctrl_deps"] == annotation["id"]]
+    assert moved
+    for n in moved:
+        n["ctrl_deps"] = annotation["ctrl_deps"]
+    assert nodes[annotation["ctrl_deps"]]
+    damaged = tmp_path / "et_rank0.json"
+    damaged.write_text(json.dumps(et))
+    kineto = gloo_traces / "kineto_rank0.json"
+
+    def ops(trace) -> list[tuple]:
+        return sorted((op.name, op.start_ps, op.dur_ps, op.lane) for op in trace.ops)
+
+    whole, emptied = link(gloo_traces / "et_rank0.json", kineto), link(damaged, kineto)
+    assert "train_forward" not in {op.name for op in emptied.ops}
+    assert ops(emptied) == ops(whole)
+    assert emptied.stats["et_emptied_annotations"] == 1
+    assert any("read through" in w for w in emptied.warnings), emptied.warnings
+
+
 def test_reference_linked_et_alone(corpus: Path) -> None:
     """The reference linker's host + device ET carries Kineto times and GPU nodes itself."""
     trace = link(corpus / "chakra_reference/a100_resnet_nccl.ref_linked.json.gz", None)

@@ -13,7 +13,7 @@ import sys
 def _rank_main(rank: int, world: int, outdir: str, port: str) -> None:
     import torch
     import torch.distributed as dist
-    from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile
+    from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, record_function
 
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", port
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -22,7 +22,9 @@ def _rank_main(rank: int, world: int, outdir: str, port: str) -> None:
     model = torch.nn.Linear(64, 64)
     with profile(activities=[ProfilerActivity.CPU], execution_trace_observer=et) as prof:
         for _ in range(2):
-            model(torch.randn(8, 64)).sum().backward()
+            with record_function("train_forward"):  # an annotation holding ops
+                loss = model(torch.randn(8, 64)).sum()
+            loss.backward()
             for p in model.parameters():
                 dist.all_reduce(p.grad)
             t = torch.ones(4)
