@@ -2,6 +2,7 @@
 
     python benchmarks/bench_cluster.py [--pairs 3] [--astra BIN] [--keep DIR]
     python benchmarks/bench_cluster.py --scale [--pairs 3] [--astra BIN] [--keep DIR]
+    python benchmarks/bench_cluster.py --scale --keep DIR --recorded [--astra BIN]
 
 Records the flat plan (4 ranks on one bridge: the links at R and 2R, latency-bound
 collectives at R and 2R, DDP at R and 2R, a straggler) and the two-tier plan (2 hosts of 2
@@ -12,7 +13,8 @@ With ``--astra``: ASTRA-sim (../shared/tools/astra-run) on each R and 2R run's
 the other run's measured span. With ``--scale``: ``scale``'s ground truths instead (the same
 work per rank at 2, 4 and 8 ranks, and 2 and 4 hosts of 2 ranks; a 2-rank run scaled to the
 others, a 4-rank run kept on rank 0 made whole), each beside ASTRA-sim on the scaled
-``--target astra-sim`` conversion. Needs root (network namespaces)."""
+``--target astra-sim`` conversion. Needs root (network namespaces), except with
+``--recorded``: the recordings an earlier ``--keep DIR`` left, converted again."""
 
 from __future__ import annotations
 
@@ -73,9 +75,10 @@ def simulate(out: Path, network: Path, npus: int, astra: str) -> float | None:
     return int(found.group(1)) / 1e3 if found else None
 
 
-def astra_scaled(capture: Path, work: Path, astra: str, measured_us: float, **how) -> float | None:
-    """ASTRA-sim on ``capture``'s astra-sim conversion scaled (``scale_run`` keywords ``how``),
-    over ``measured_us``."""
+def astra_scaled(capture: Path, work: Path, astra: str, measured_us: float, **how
+                 ) -> tuple[float, float | None]:
+    """Our replay of ``capture``'s astra-sim conversion scaled (``scale_run`` keywords
+    ``how``) and ASTRA-sim on the same ETs, each over ``measured_us``."""
     from chakra_hooks.converter.scale import scale_run
 
     converted = work / f"{capture.name}_{capture.parent.name}_astra"
@@ -84,17 +87,25 @@ def astra_scaled(capture: Path, work: Path, astra: str, measured_us: float, **ho
     out = work / f"{converted.name}_scaled"
     done = scale_run(converted, out, **how)
     finish = simulate(out, out / "astra_network.yml", done.plan.world, astra)
-    return finish / measured_us if finish else None
+    return done.predicted_us / measured_us, finish / measured_us if finish else None
 
 
 def scale_main(args, work: Path) -> None:
-    flat = {n: record(work / f"flat{n}", n, truths.scale_plan(args.pairs)) for n in (2, 4, 8)}
-    tiers = {n: record(work / f"tier{n}", n, truths.tier_scale_plan(args.pairs), per_host=2)
+    def reconverted(root: Path, n: int, plan: list, **_) -> dict[str, Path]:
+        """The recordings already in ``root``, converted again by this code."""
+        for phase in plan:
+            convert_paths([root / phase.name], root / f"{phase.name}_et", progress=False,
+                          warn=lambda _: None, overwrite=True)
+        return {phase.name: root / f"{phase.name}_et" for phase in plan}
+
+    take = reconverted if args.recorded else record
+    flat = {n: take(work / f"flat{n}", n, truths.scale_plan(args.pairs)) for n in (2, 4, 8)}
+    tiers = {n: take(work / f"tier{n}", n, truths.tier_scale_plan(args.pairs), per_host=2)
              for n in (4, 8)}
     found = truths.scale_ratios(flat, work / "scaled", 2, completed=4)
     found.update(truths.scale_ratios(tiers, work / "scaled_tiers", 4))
     print(f"{'scaled run':32s} {'median':>7s} {'spread':>7s}  each (predicted / measured)"
-          + ("; ASTRA-sim" if args.astra else ""))
+          + ("; on the astra-sim conversion, ours/ASTRA-sim" if args.astra else ""))
     for name, values in found.items():
         line = (f"{name:32s} {statistics.median(values):7.3f} {max(values) - min(values):7.3f}  "
                 + " ".join(f"{v:.3f}" for v in values))
@@ -109,15 +120,15 @@ def scale_main(args, work: Path) -> None:
                     measured = truths.Run.read(runs[world][phase]).span_us()
                     capture = truths.keep_rank_0(runs[world][phase].with_name(phase),
                                                  work / "astra" / f"{phase}_rank0" / phase)
-                    ratio = astra_scaled(capture, work / "astra", args.astra, measured,
-                                         world=world)
+                    ours, ratio = astra_scaled(capture, work / "astra", args.astra, measured,
+                                               world=world)
                 else:
                     small, large = (int(v) for v in rest.split(" -> "))
                     measured = truths.Run.read(runs[large][phase]).span_us()
-                    ratio = astra_scaled(runs[small][phase].with_name(phase),
-                                         work / "astra" / f"{small}to{large}", args.astra,
-                                         measured, dp=large // small)
-                cells.append(f"{ratio:.3f}" if ratio else "failed")
+                    ours, ratio = astra_scaled(runs[small][phase].with_name(phase),
+                                               work / "astra" / f"{small}to{large}",
+                                               args.astra, measured, dp=large // small)
+                cells.append(f"{ours:.3f}/" + (f"{ratio:.3f}" if ratio else "failed"))
             line += "; " + " ".join(cells)
         print(line)
     for small, large, runs, name in ((2, 8, flat, "dp"), (4, 8, tiers, "tier")):
@@ -135,8 +146,12 @@ def main() -> None:
     parser.add_argument("--astra", help="ASTRA-sim's analytical congestion-unaware binary")
     parser.add_argument("--keep", type=Path, help="record into this folder and keep it")
     parser.add_argument("--scale", action="store_true", help="scale's ground truths instead")
+    parser.add_argument("--recorded", action="store_true",
+                        help="with --scale and --keep: the recordings already in --keep")
     args = parser.parse_args()
-    why = unavailable()
+    why = None if args.recorded else unavailable()
+    if args.recorded and not args.keep:
+        sys.exit("bench_cluster: --recorded reads the recordings of --keep DIR")
     if why:
         sys.exit(f"bench_cluster: {why}")
     work = args.keep or Path(tempfile.mkdtemp(prefix="bench_cluster_"))

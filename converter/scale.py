@@ -24,11 +24,13 @@ stragglers too (copy c of a run with one slow rank has one slow rank), so the ne
 the recorded share of slow ranks. Collective sizes stay as recorded (more ranks, the same
 work each).
 
-Transfers at the new size: each communication node's transfer (converter/peers.py) is scaled
-by the fitted network model's time at the new group size over its time at the recorded one
-(converter/network_change.py, the formulas of converter/targets/astra_sim/network.py), on the
+Transfers at the new size: each communication node's transfer (converter/peers.py) is the
+fitted network model's time at the new group size (converter/network_change.py, the formulas
+of converter/targets/astra_sim/network.py: what ASTRA-sim computes for the node), on the
 network fitted to the (completed) recorded run, or on ``--network FILE.yml``'s (an ASTRA-sim
-network file; with two dimensions, ranks n // npus_count[0] share a host). The new run is
+network file; with two dimensions, ranks n // npus_count[0] share a host); a rank's modelled
+transfers run one at a time (``whatif.replay_schedule``). Made ranks arrive as late as the
+recorded rank waited for peers never recorded (``_late_sources``). The new run is
 then replayed with its ranks together (converter/whatif.py) and written with the replayed
 times, so ``stats``, ``whatif`` and ``timeline`` read it like any conversion; each made rank's
 metadata names the rank it was made from (``made_from_rank``).
@@ -249,8 +251,11 @@ def scale_run(folder: Path, out: Path, world: int | None = None, dp: int | None 
     groups_before = _groups_before(plan, groups)
     completed_peers = run_peers.analyse(completed, groups_before, recorded_world)
     fitted = nets.fit_run(completed, completed_peers, groups_before, recorded_world)
-    ranks = completed + [_made_rank(base_ranks, plan, n) for n in range(recorded_world,
-                                                                           new_world)]
+    # Made ranks come from their sources with the lateness the recorded ranks waited for.
+    sources = {**base_ranks,
+               **_late_sources(base_ranks, groups, recorded_world, fitted, strings, notes)}
+    ranks = [completed[n] if plan.source[n] == n and n < recorded_world
+             else _made_rank(sources, plan, n) for n in range(new_world)]
     links, source, per_host = _new_links(fitted, network_file, new_world)
     hosts = _hosts(ranks, plan, per_host)
     for r in ranks:
@@ -258,9 +263,9 @@ def scale_run(folder: Path, out: Path, world: int | None = None, dp: int | None 
     if per_host is None and fitted.shapes:  # copies of a run on hosts: as many per host
         per_host = fitting.ranks_per_host({r.rank: r.host for r in ranks})
     peers = run_peers.analyse(ranks, plan.groups, new_world)
-    factors = _factors(ranks, plan, fitted, links, per_host, notes)
+    transfers = _transfers(ranks, plan, fitted, links, per_host, notes)
     before = whatif.replay_schedule(completed, completed_peers)
-    after = whatif.replay_schedule(ranks, peers, factors)
+    after = whatif.replay_schedule(ranks, peers, transfers)
     recorded_span = max(span_of(r.columns) for r in base_ranks.values())
     notes += [n for n in peers.notes if "keep their recorded time" not in n] + after.notes
     files = _write(out, folder, recorded, plan, ranks, after, peers, links, network_file)
@@ -320,6 +325,95 @@ def _made_rank(recorded: Mapping[int, run_peers.Rank], plan: Plan, n: int) -> ru
     return run_model.Rank(n, src.path, src.columns, comm, src.host, src.clock, nodes=src.nodes)
 
 
+LATENESS_NAME = "made_rank_lateness"
+LATENESS_ATTR = "lateness_from_wait_of_rank"
+
+
+def _late_sources(recorded: Mapping[int, run_peers.Rank], groups: Mapping[str, Sequence[int]],
+                  world: int, fitted: nets.RunNetwork, strings: run_model.Strings,
+                  notes: list[str]) -> dict[int, run_peers.Rank]:
+    """Per recorded rank that waited for peers not recorded, the rank its copies are made
+    from: the same nodes, and before each such collective a compute node
+    (``made_rank_lateness``) that makes them arrive when the transfer must have begun (its
+    end less the network model's time) where no other transfer of the rank was under way
+    then to explain that start. That was its wait for the last of its peers; copies
+    arriving together would wait for nothing, and a run of one recorded rank would lose its
+    waits (the corpus DLRM's rank 0, alone: 0.92 of its span)."""
+    alone = run_peers.analyse(list(recorded.values()), groups, world)
+    out: dict[int, run_peers.Rank] = {}
+    count, total = 0, 0.0
+    for rank, r in recorded.items():
+        extra: dict[int, float] = {}
+        c = r.columns
+        spans = [(c.starts[p], c.starts[p] + c.durs[p], c.ids[p])
+                 for p in whatif.collectives_in_order(c)]
+        for start, end, nid in spans:
+            found = fitted.samples.get((rank, nid))
+            if c.types[r.position(nid)] != COMM_COLL or (rank, nid) not in alone.unknown \
+                    or found is None:
+                continue
+            dim, sample = found
+            # When its transfer must have begun, on the model. Where another transfer of the
+            # rank was under way then, the rank's queue (or their sharing the network) may
+            # have held it; where none was, its peers did.
+            began = end - fitted.modelled(sample, dim, fitted.shapes.get((rank, nid)),
+                                          fitted.links) / 1000
+            if began > start and not any(s < began < e for s, e, other in spans
+                                         if other != nid):
+                extra[nid] = began - start
+        if not extra or r.nodes is None:
+            continue
+        count, total = count + len(extra), total + sum(extra.values())
+        nodes = _with_lateness(r.nodes, extra, rank)
+        out[rank] = run_model.Rank.of_nodes(rank, r.path, nodes, strings, host=r.host,
+                                            clock=r.clock)
+        for nid, a in r.comm.items():  # the groups _restore_groups gave back
+            out[rank].comm[nid] = a
+    if count:
+        notes.append(f"made ranks arrive at {count} collective(s) whose peers were not "
+                     f"recorded as late as the recorded rank waited for them ({total / 1000:,.3f}"
+                     f" ms in all: '{LATENESS_NAME}' nodes)")
+    return out
+
+
+def _with_lateness(nodes, extra: Mapping[int, float], rank: int) -> list:
+    """``nodes`` with a lateness node before each collective in ``extra`` (id -> us): it takes
+    the collective's dependencies, and the collective depends on it alone."""
+    from .schema import COMP, Node
+
+    out, added = [], []
+    next_id = max((n.id for n in nodes), default=0) + 1
+    for node in nodes:
+        wait = extra.get(node.id)
+        if wait is None:
+            out.append(node)
+            continue
+        late = Node()
+        late.id, late.name, late.type = next_id, LATENESS_NAME, COMP
+        next_id += 1
+        late.data_deps.extend(node.data_deps)
+        late.ctrl_deps.extend(node.ctrl_deps)
+        late.start_time_micros = node.start_time_micros
+        late.duration_micros = round(wait)
+        attrs = attr_dict(node)
+        # Device compute: a late peer was busy, and ASTRA-sim runs one device op at a time
+        # (as a CPU op it would queue behind the host's ops: DLRM from ranks 0 and 7, 1.39x).
+        late.attr.append(make_attr("is_cpu_op", False))
+        for s, d, per_us in _TIMES:
+            if s in attrs:
+                late.attr.append(make_attr(s, int(value_of(attrs[s]))))
+                late.attr.append(make_attr(d, round(wait * per_us)))
+        late.attr.append(make_attr(LATENESS_ATTR, rank))
+        copy = Node()
+        copy.CopyFrom(node)
+        del copy.data_deps[:]
+        del copy.ctrl_deps[:]
+        copy.ctrl_deps.append(late.id)
+        out.append(copy)
+        added.append(late)
+    return out + added
+
+
 def _new_links(fitted: nets.RunNetwork, network_file: str | None, world: int
                ) -> tuple[dict[int, nets.Link], str, int | None]:
     """The new run's links per dimension, where they come from, and (a network file of two
@@ -348,11 +442,11 @@ def _hosts(ranks: Sequence[run_peers.Rank], plan: Plan, per_host: int | None
     return {}
 
 
-def _factors(ranks: Sequence[run_peers.Rank], plan: Plan, fitted: nets.RunNetwork,
-             links: Mapping[int, nets.Link], per_host: int | None, notes: list[str]
-             ) -> dict[run_peers.Key, float]:
-    """Per communication node of the new run, its transfer's factor: the model at the new group
-    size on the new network over the model at the recorded size on the fitted one."""
+def _transfers(ranks: Sequence[run_peers.Rank], plan: Plan, fitted: nets.RunNetwork,
+               links: Mapping[int, nets.Link], per_host: int | None, notes: list[str]
+               ) -> dict[run_peers.Key, float]:
+    """Per communication node of the new run that the fit has a sample of, its transfer (us):
+    the model's time at the new group size on the new network."""
     W = plan.recorded_world
     out: dict[run_peers.Key, float] = {}
     missing: set[int] = set()
@@ -391,11 +485,8 @@ def _factors(ranks: Sequence[run_peers.Rank], plan: Plan, fitted: nets.RunNetwor
             if new_dim not in links:
                 missing.add(new_dim)
             new_links = {d: links.get(d, links[dim]) for d in (nets.WITHIN, nets.ACROSS)}
-            before = fitted.modelled(old, dim, fitted.shapes.get((p, nid)), fitted.links)
             new = fitting.Sample(old.comm_type, old.size, npus, old.measured_ns)
-            after = fitted.modelled(new, new_dim, shape, new_links)
-            if before > 0:
-                out[(r.rank, nid)] = after / before
+            out[(r.rank, nid)] = fitted.modelled(new, new_dim, shape, new_links) / 1000
     for dim in sorted(missing):
         notes.append(f"dimension {dim} ({nets.DIMENSION_NAMES[dim]}) carried none of the "
                      "recorded transfers; its collectives took the recorded dimension's link "

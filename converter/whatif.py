@@ -347,24 +347,36 @@ def _starts(ranks: Sequence[Rank], peers: run_peers.Peers) -> tuple[float, list[
 
 
 def replay_schedule(ranks: Sequence[Rank], peers: run_peers.Peers,
-                    comm_factors: Mapping[run_peers.Key, float] | None = None) -> Schedule:
-    """The run replayed as ``replay_run`` replays it, with the recorded durations and each
-    communication node's transfer (its whole time where it was not matched) times its
-    ``comm_factors`` entry; ``base`` set."""
+                    transfers_us: Mapping[run_peers.Key, float] | None = None) -> Schedule:
+    """The run replayed as ``replay_run`` replays it, with the recorded durations, except that
+    a communication node in ``transfers_us`` (rank, id) takes that transfer (its whole time
+    where it was not matched). Such transfers hold no queueing, as recorded ones do: a rank's
+    matched ones run one at a time, in the order the rank started them (as a communicator's
+    stream or gloo's queue runs them, and ASTRA-sim, one chunk per dimension at a time).
+    ``base`` set."""
     _, base = _starts(ranks, peers)
     first = _firsts(ranks)
     dur, transfer = array("d"), {}
-    factors = comm_factors or {}
+    given = transfers_us or {}
+    queue_after: dict[int, int] = {}
     for index, r in enumerate(ranks):
         dur.extend(r.columns.durs)
+        at = first[index]
+        previous = -1
+        for p in collectives_in_order(r.columns) if given else ():
+            nid = r.columns.ids[p]
+            if (r.rank, nid) in given and (r.rank, nid) in peers.transfer_us:
+                if previous >= 0:
+                    queue_after[at + p] = previous
+                previous = at + p
         for nid in r.comm:
-            factor = factors.get((r.rank, nid), 1.0)
-            key = first[index] + r.position(nid)
+            key = at + r.position(nid)
+            took = given.get((r.rank, nid))
             if (r.rank, nid) in peers.transfer_us:
-                transfer[key] = peers.transfer_us[(r.rank, nid)] * factor
-            else:
-                dur[key] = dur[key] * factor
-    schedule = _schedule(ranks, peers, base, dur, transfer)
+                transfer[key] = peers.transfer_us[(r.rank, nid)] if took is None else took
+            elif took is not None:
+                dur[key] = took
+    schedule = _schedule(ranks, peers, base, dur, transfer, queue_after)
     schedule.base = base
     return schedule
 
@@ -483,13 +495,17 @@ def run_comm_times(ranks: Sequence[Rank], peers: run_peers.Peers | None = None
 
 
 def _schedule(ranks: Sequence[Rank], peers: run_peers.Peers, base: list[float],
-              dur: array, transfer: dict[int, float]) -> Schedule:
+              dur: array, transfer: dict[int, float],
+              queue_after: Mapping[int, int] | None = None) -> Schedule:
     """The run's replay (``Schedule``) with durations ``dur`` and matched collectives'
     ``transfer``s (both by the run's node numbers). Kahn's algorithm over every rank's
     dependencies; a matched collective's members are held until the last of them is ready,
-    then each ends its own transfer after that moment. Where ranks' orders contradict each
-    other (no schedule lets every member arrive), the collectives still held are released one
-    by one as one-rank nodes, and that is noted."""
+    then each ends its own transfer after that moment. ``queue_after``: a matched collective ->
+    the one before it on its rank whose transfer it queues behind (transfers that were not
+    recorded, so hold no queueing of their own); its transfer starts once the last member is
+    ready and every member's queue is free. Where ranks' orders contradict each other (no
+    schedule lets every member arrive), the collectives still held are released one by one as
+    one-rank nodes, and that is noted."""
     first = _firsts(ranks)
     total = first[-1]
     rank_of = _rank_of(first)
@@ -513,6 +529,11 @@ def _schedule(ranks: Sequence[Rank], peers: run_peers.Peers, base: list[float],
     arrived: dict[int, dict[int, float]] = defaultdict(dict)  # column -> member -> ready time
     released: set[int] = set()
     notes: list[str] = []
+    queue_after = queue_after or {}
+    queued_behind: dict[int, int] = {}  # a collective -> the one queued after it
+    for key, before in queue_after.items():
+        waiting[key] += 1
+        queued_behind[before] = key
     ready = [g for g in range(total) if waiting[g] == 0]
 
     def ready_time(key: int) -> float:
@@ -543,6 +564,11 @@ def _schedule(ranks: Sequence[Rank], peers: run_peers.Peers, base: list[float],
             waiting[user] -= 1
             if waiting[user] == 0:
                 ready.append(user)
+        behind = queued_behind.get(key)
+        if behind is not None:
+            waiting[behind] -= 1
+            if waiting[behind] == 0:
+                ready.append(behind)
 
     def order_key(key: int) -> int:  # the run's order of node ids, as ranks' orders tie-break
         i = rank_of[key]
@@ -563,12 +589,19 @@ def _schedule(ranks: Sequence[Rank], peers: run_peers.Peers, base: list[float],
                 continue
             last_key = max(members, key=lambda k: (members[k], -order_key(k)))
             last = members[last_key]
+            start, queue = last, -1  # the transfer's start, and the collective that held it
+            for member in members if queue_after else ():
+                before = queue_after.get(member, -1)
+                if before >= 0 and finish[before] > start:
+                    start, queue = finish[before], before
             for member, when in members.items():
-                if member != last_key and last > when:  # it waited: the path goes to the last
+                if queue >= 0:  # it queued: the path goes to the transfer before it
+                    via[member] = queue
+                elif member != last_key and last > when:  # it waited: the path goes to the last
                     via[member] = via[last_key]
-                took[member] = last - when + transfer.get(member, 0.0)
+                took[member] = start - when + transfer.get(member, 0.0)
                 waited[member] = last - when
-                done(member, last + transfer.get(member, 0.0))
+                done(member, start + transfer.get(member, 0.0))
         held = [c for c, members in arrived.items() if c not in released
                 and len(members) < len(peers.columns[c])]
         if not held:

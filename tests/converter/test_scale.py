@@ -26,6 +26,7 @@ from chakra_hooks.converter import scale as scaling
 from chakra_hooks.converter import validate as checking
 from chakra_hooks.converter.attrs import attr_dict, value_of
 from chakra_hooks.converter.schema import COMM_COLL
+from chakra_hooks.converter.stats import span_of
 from chakra_hooks.converter.targets.astra_sim import network as fitting
 from chakra_hooks.converter.targets.astra_sim import run_rules
 from chakra_hooks.converter.whatif import replay_run
@@ -110,7 +111,8 @@ def test_grown_dlrm_keeps_every_node_and_models_its_transfers(dlrm, tmp_path,
                                                                reference_reader):
     """DLRM's 8 ranks, data parallelism x2: 16 ETs; each holds every node of its source, node
     for node and type for type; the all-reduces of the whole run now span 16 members, their
-    transfers scaled by the fitted model at 16 over 8 (measured here against the formulas);
+    transfers the fitted model's time at 16 (measured here against the formulas), or longer
+    where the rank's transfer before them had not ended;
     the files decode with the reference reader and pass validate; replayed again, the new
     run ends where scale said."""
     source = dlrm["all", "full"]
@@ -134,7 +136,7 @@ def test_grown_dlrm_keeps_every_node_and_models_its_transfers(dlrm, tmp_path,
     link = fitted.links[nets.WITHIN]
     new_ranks, new_groups, new_world = run_model.read_run(sorted((tmp_path / "x2").glob("*.et")))
     new_peers = run_peers.analyse(new_ranks, new_groups, new_world)
-    checked = 0
+    checked = exact = 0
     for (rank, nid), (dim, sample) in fitted.samples.items():
         if sample.comm_type != CommType.ALL_REDUCE or sample.npus != 8:  # over the whole run
             continue
@@ -145,10 +147,11 @@ def test_grown_dlrm_keeps_every_node_and_models_its_transfers(dlrm, tmp_path,
                  / (link.bandwidth_gbps * 2**30 / 1e9) + sample.size * reduce[i] for i in (0, 1)]
         for copy in (rank, rank + 8):
             # (abs: the run tools hold epoch microseconds as floats, 0.25 us apart)
-            assert new_peers.transfer_us[(copy, nid)] == pytest.approx(
-                peers.transfer_us[(rank, nid)] * model[0] / model[1], rel=1e-3, abs=0.6)
+            got, modelled = new_peers.transfer_us[(copy, nid)], model[0] / 1000
+            assert got >= modelled - 0.6  # more only where it queued behind the one before
             checked += 1
-    assert checked >= 16
+            exact += got == pytest.approx(modelled, rel=1e-3, abs=0.6)
+    assert checked >= 16 and exact >= checked // 2
     again = replay_run(new_ranks, peers=new_peers)
     assert again.replayed_us == pytest.approx(done.predicted_us, rel=0.005)
     assert done.predicted_us > done.replayed_us  # twice the members: longer all-reduces
@@ -159,8 +162,12 @@ def test_rank_0_alone_completed_runs_in_astra_sim(dlrm, tmp_path):
     """DLRM kept on rank 0 (its ETs say world_size 8): completed to 8 ranks, every NPU of
     ASTRA-sim runs every node of its ET; the run satisfies ASTRA-sim's cross-rank rules, the
     network file has 8 NPUs, the output names the made ranks and says the spread of compute is
-    not known. Against the 8 recorded ranks in ASTRA-sim: rank 0's copies end earlier (DLRM
-    shards its embedding tables: rank 0 is not the slowest)."""
+    not known. Rank 0 waited for its peers at 4 all-to-alls (2.1 ms, mostly for rank 7,
+    which began 7.5 ms late): the made ranks arrive that late, in 'made_rank_lateness' nodes,
+    and the run keeps rank 0's span (without them: 0.92 of it, in our replay and ASTRA-sim
+    alike), in our replay and in ASTRA-sim within 2 % of each other. Against the 8 recorded
+    ranks in ASTRA-sim: rank 0's copies end earlier (DLRM shards its embedding tables: rank 0
+    is not the slowest)."""
     result = CliRunner().invoke(cli, ["scale", str(dlrm["rank0", "astra-sim"]), "-o",
                                       str(tmp_path / "w8"), "--world", "8"])
     assert result.exit_code == 0, result.output
@@ -172,9 +179,25 @@ def test_rank_0_alone_completed_runs_in_astra_sim(dlrm, tmp_path):
     assert "npus_count: [ 8 ]" in (tmp_path / "w8" / fitting.NETWORK_FILE).read_text()
     groups = run_model.read_groups(tmp_path / "w8")
     assert not run_rules.check_run({r: et.nodes for r, et in files.items()}, groups)
+    assert "made ranks arrive at 4 collective(s)" in result.output
+    recorded = _read(dlrm["rank0", "astra-sim"])[0]
+    for rank, et in files.items():
+        late = [n for n in et.nodes if n.name == scaling.LATENESS_NAME]
+        assert len(et.nodes) == len(recorded.nodes) + len(late)
+        assert len(late) == (0 if rank == 0 else 4)
+        by_id = {n.id: n for n in et.nodes}
+        for n in late:  # each the one dependency of a collective
+            users = [u for u in et.nodes if n.id in u.ctrl_deps]
+            assert [u.type for u in users] == [COMM_COLL] and list(users[0].ctrl_deps) == [n.id]
+            assert by_id[n.id].duration_micros > 0
+    span_us = span_of(run_model.Rank.of_nodes(0, "", recorded.nodes).columns)
+    replayed = scaling.scale_run(dlrm["rank0", "astra-sim"], tmp_path / "again", world=8)
+    assert replayed.predicted_us == pytest.approx(span_us, rel=0.05)
     if not os.environ.get("ASTRA_BIN") or not ASTRA_RUN.exists():
         pytest.skip("set ASTRA_BIN to ASTRA-sim's analytical binary (../shared/tools/astra-build)")
     made = _astra(tmp_path / "w8", 8)
+    assert made == pytest.approx(span_us, rel=0.05)
+    assert made == pytest.approx(replayed.predicted_us, rel=0.02)
     whole = _astra(dlrm["all", "astra-sim"], 8)
     assert made < whole
 
