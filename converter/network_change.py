@@ -178,8 +178,12 @@ class RunNetwork:
 
 
 def fit_run(ranks: Sequence[Rank], peers: Peers, groups: Mapping[str, Sequence[int]],
-            world: int) -> RunNetwork:
-    """``RunNetwork`` for a run's ranks (decoded ETs) and what peers.analyse found."""
+            world: int, waits_unknown: frozenset[Key] | set[Key] = frozenset()) -> RunNetwork:
+    """``RunNetwork`` for a run's ranks (decoded ETs) and what peers.analyse found.
+    ``waits_unknown``: communication nodes whose time holds an unknown wait for peers beside
+    the transfer (their peers were not recorded); of each kind of them (type, size, group
+    size), only the quickest is fitted to, a transfer being no longer than any of its times
+    (``scale``, which gives made ranks the rest as lateness)."""
     from .targets.astra_sim.run_rules import one_at_a_time
 
     host_of = {r.rank: r.host for r in ranks}
@@ -222,11 +226,33 @@ def fit_run(ranks: Sequence[Rank], peers: Peers, groups: Mapping[str, Sequence[i
             samples[key] = (ACROSS if across else WITHIN, sample)
             if across and per_host:
                 shapes[key] = fitting.shape_of(members, per_host)
+    fitted_samples = samples
+    if waits_unknown:
+        # Of each kind, the quickest; but a kind of which some overlapped others is fitted as
+        # the rest are (a share of the time they covered together says less than a transfer:
+        # DDP's buckets, two at a time, made whole at 0.81 of the span fitted to their least).
+        quickest: dict[tuple, Key] = {}
+        overlapped: set[tuple] = set()
+        for key, (dim, sample) in samples.items():
+            if key not in waits_unknown:
+                continue
+            kind = (dim, sample.comm_type, sample.size, sample.npus, shapes.get(key))
+            if transfer[key] < peers.transfer_us.get(key, transfer[key]) * (1 - 1e-6):
+                overlapped.add(kind)
+                continue
+            if kind not in quickest or sample.measured_ns < samples[quickest[kind]][1].measured_ns:
+                quickest[kind] = key
+        kept = set(quickest.values())
+        fitted_samples = {}
+        for key, (dim, sample) in samples.items():
+            kind = (dim, sample.comm_type, sample.size, sample.npus, shapes.get(key))
+            if key not in waits_unknown or key in kept or kind in overlapped:
+                fitted_samples[key] = (dim, sample)
     links, fitted_to, unsplit = {}, {}, []
     if shapes:  # hosts of as many ranks each: two dimensions, as ASTRA-sim models them
         inner, outer = fitting.fit_two_dims(
-            [s for key, (d, s) in samples.items() if d == WITHIN],
-            [(s, shapes[key]) for key, (d, s) in samples.items() if d == ACROSS])
+            [s for key, (d, s) in fitted_samples.items() if d == WITHIN],
+            [(s, shapes[key]) for key, (d, s) in fitted_samples.items() if d == ACROSS])
         for dim, fitted in ((WITHIN, inner), (ACROSS, outer)):
             links[dim] = Link(fitted.bandwidth_gbps, fitted.latency_ns)
             fitted_to[dim] = fitted.collectives
@@ -234,7 +260,7 @@ def fit_run(ranks: Sequence[Rank], peers: Peers, groups: Mapping[str, Sequence[i
                 unsplit.append(dim)
         return RunNetwork(links, fitted_to, samples, len(hosts), tuple(unsplit), shapes)
     for dim in (WITHIN, ACROSS):
-        mine = [s for d, s in samples.values() if d == dim]
+        mine = [s for d, s in fitted_samples.values() if d == dim]
         if mine or (dim == WITHIN and not samples):
             fitted = fitting.fit(mine)
             links[dim] = Link(fitted.bandwidth_gbps, fitted.latency_ns)

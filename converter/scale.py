@@ -250,13 +250,19 @@ def scale_run(folder: Path, out: Path, world: int | None = None, dp: int | None 
     completed = [_made_rank(base_ranks, plan, n) for n in range(recorded_world)]
     groups_before = _groups_before(plan, groups)
     completed_peers = run_peers.analyse(completed, groups_before, recorded_world)
-    fitted = nets.fit_run(completed, completed_peers, groups_before, recorded_world)
+    # Collectives whose peers were not all recorded: their times hold waits for them.
+    alone = run_peers.analyse(list(base_ranks.values()), groups, recorded_world)
+    unknown = {key for key in alone.unknown if key[0] in base_ranks}
+    fitted = nets.fit_run(completed, completed_peers, groups_before, recorded_world,
+                          {(n, nid) for n in range(recorded_world)
+                           for s, nid in unknown if plan.source[n] == s})
     # Made ranks come from their sources with the lateness the recorded ranks waited for.
-    sources = {**base_ranks,
-               **_late_sources(base_ranks, groups, recorded_world, fitted, strings, notes)}
+    sources = {**base_ranks, **_late_sources(base_ranks, unknown, fitted, strings, notes)}
     ranks = [completed[n] if plan.source[n] == n and n < recorded_world
              else _made_rank(sources, plan, n) for n in range(new_world)]
     links, source, per_host = _new_links(fitted, network_file, new_world)
+    if unknown and network_file is None:
+        source += " (of collectives whose peers were not recorded, the quickest of each kind)"
     hosts = _hosts(ranks, plan, per_host)
     for r in ranks:
         r.host = hosts.get(r.rank, r.host)
@@ -329,8 +335,8 @@ LATENESS_NAME = "made_rank_lateness"
 LATENESS_ATTR = "lateness_from_wait_of_rank"
 
 
-def _late_sources(recorded: Mapping[int, run_peers.Rank], groups: Mapping[str, Sequence[int]],
-                  world: int, fitted: nets.RunNetwork, strings: run_model.Strings,
+def _late_sources(recorded: Mapping[int, run_peers.Rank], unknown: set[run_peers.Key],
+                  fitted: nets.RunNetwork, strings: run_model.Strings,
                   notes: list[str]) -> dict[int, run_peers.Rank]:
     """Per recorded rank that waited for peers not recorded, the rank its copies are made
     from: the same nodes, and before each such collective a compute node
@@ -339,7 +345,6 @@ def _late_sources(recorded: Mapping[int, run_peers.Rank], groups: Mapping[str, S
     then to explain that start. That was its wait for the last of its peers; copies
     arriving together would wait for nothing, and a run of one recorded rank would lose its
     waits (the corpus DLRM's rank 0, alone: 0.92 of its span)."""
-    alone = run_peers.analyse(list(recorded.values()), groups, world)
     out: dict[int, run_peers.Rank] = {}
     count, total = 0, 0.0
     for rank, r in recorded.items():
@@ -349,7 +354,7 @@ def _late_sources(recorded: Mapping[int, run_peers.Rank], groups: Mapping[str, S
                  for p in whatif.collectives_in_order(c)]
         for start, end, nid in spans:
             found = fitted.samples.get((rank, nid))
-            if c.types[r.position(nid)] != COMM_COLL or (rank, nid) not in alone.unknown \
+            if c.types[r.position(nid)] != COMM_COLL or (rank, nid) not in unknown \
                     or found is None:
                 continue
             dim, sample = found
@@ -378,9 +383,22 @@ def _late_sources(recorded: Mapping[int, run_peers.Rank], groups: Mapping[str, S
 
 def _with_lateness(nodes, extra: Mapping[int, float], rank: int) -> list:
     """``nodes`` with a lateness node before each collective in ``extra`` (id -> us): it takes
-    the collective's dependencies, and the collective depends on it alone."""
+    the collective's dependencies, and the collective depends on it alone. It is device
+    compute, in the rank's order of device compute (after the last that began before the
+    collective, before the first that began after it): a late peer was busy, and ASTRA-sim
+    runs one device op at a time, so our replay holds it to the same order (as a CPU op it
+    would queue behind the host's ops: DLRM from ranks 0 and 7, 1.39x)."""
+    import bisect
+
     from .schema import COMP, Node
 
+    def on_device(node) -> bool:
+        return node.type == COMP and not any(
+            a.name == "is_cpu_op" and value_of(a) is True for a in node.attr)
+
+    device = sorted((n.start_time_micros, n.id) for n in nodes if on_device(n))
+    starts = [t for t, _ in device]
+    after: dict[int, list[int]] = {}  # a device node -> the lateness nodes it now follows
     out, added = [], []
     next_id = max((n.id for n in nodes), default=0) + 1
     for node in nodes:
@@ -393,11 +411,16 @@ def _with_lateness(nodes, extra: Mapping[int, float], rank: int) -> list:
         next_id += 1
         late.data_deps.extend(node.data_deps)
         late.ctrl_deps.extend(node.ctrl_deps)
+        deps = set(node.data_deps) | set(node.ctrl_deps)
+        at = bisect.bisect_right(starts, node.start_time_micros)
+        if at and device[at - 1][1] not in deps:
+            late.ctrl_deps.append(device[at - 1][1])
+        following = next((nid for _, nid in device[at:] if nid not in deps), None)
+        if following is not None:
+            after.setdefault(following, []).append(late.id)
         late.start_time_micros = node.start_time_micros
         late.duration_micros = round(wait)
         attrs = attr_dict(node)
-        # Device compute: a late peer was busy, and ASTRA-sim runs one device op at a time
-        # (as a CPU op it would queue behind the host's ops: DLRM from ranks 0 and 7, 1.39x).
         late.attr.append(make_attr("is_cpu_op", False))
         for s, d, per_us in _TIMES:
             if s in attrs:
@@ -411,6 +434,12 @@ def _with_lateness(nodes, extra: Mapping[int, float], rank: int) -> list:
         copy.ctrl_deps.append(late.id)
         out.append(copy)
         added.append(late)
+    for i, node in enumerate(out):
+        if node.id in after:
+            copy = Node()
+            copy.CopyFrom(node)
+            copy.ctrl_deps.extend(after[node.id])
+            out[i] = copy
     return out + added
 
 
@@ -634,7 +663,7 @@ def _write_astra_files(staging: Path, folder: Path, plan: Plan, links: Mapping[i
     dims = len(links)
     if network_file is not None:
         text = Path(network_file).read_text()
-    else:  # the conversion's own fit (one dimension), for the new number of NPUs
+    else:  # the network scale modelled the run on (the conversion's layout), for its NPUs
         where = folder / fitting.NETWORK_FILE
         doc = yaml.safe_load(where.read_text())
         counts = doc.get("npus_count") if isinstance(doc, dict) else None
@@ -645,8 +674,13 @@ def _write_astra_files(staging: Path, folder: Path, plan: Plan, links: Mapping[i
                                    "your own, give it with --network")
         dims = len(counts)
         counts = [plan.world] if dims == 1 else [counts[0], plan.world // counts[0]]
+        if sorted(links) == list(range(dims)):  # the fit scale used (made ranks' waits apart)
+            values = {"bandwidth": [links[d].bandwidth_gbps for d in range(dims)],
+                      "latency": [links[d].latency_ns for d in range(dims)]}
+        else:
+            values = {key: doc[key] for key in ("bandwidth", "latency")}
         listed = {key: ", ".join(f"{v:.6g}" if isinstance(v, float) else str(v)
-                                 for v in doc[key]) for key in ("bandwidth", "latency")}
+                                 for v in values[key]) for key in ("bandwidth", "latency")}
         text = (f"# fitted by chakra-hooks to the recorded run of {plan.recorded_world} rank(s), "
                 f"for {plan.world} NPUs (chakra-hooks scale); see {fitting.SYSTEM_FILE}\n"
                 f"topology: [ {', '.join(doc['topology'])} ]\n"

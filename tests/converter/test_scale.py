@@ -25,7 +25,7 @@ from chakra_hooks.converter import run_model
 from chakra_hooks.converter import scale as scaling
 from chakra_hooks.converter import validate as checking
 from chakra_hooks.converter.attrs import attr_dict, value_of
-from chakra_hooks.converter.schema import COMM_COLL
+from chakra_hooks.converter.schema import COMM_COLL, COMP
 from chakra_hooks.converter.stats import span_of
 from chakra_hooks.converter.targets.astra_sim import network as fitting
 from chakra_hooks.converter.targets.astra_sim import run_rules
@@ -162,10 +162,10 @@ def test_rank_0_alone_completed_runs_in_astra_sim(dlrm, tmp_path):
     """DLRM kept on rank 0 (its ETs say world_size 8): completed to 8 ranks, every NPU of
     ASTRA-sim runs every node of its ET; the run satisfies ASTRA-sim's cross-rank rules, the
     network file has 8 NPUs, the output names the made ranks and says the spread of compute is
-    not known. Rank 0 waited for its peers at 4 all-to-alls (2.1 ms, mostly for rank 7,
-    which began 7.5 ms late): the made ranks arrive that late, in 'made_rank_lateness' nodes,
-    and the run keeps rank 0's span (without them: 0.92 of it, in our replay and ASTRA-sim
-    alike), in our replay and in ASTRA-sim within 2 % of each other. Against the 8 recorded
+    not known. Rank 0 waited for its peers at 4 all-to-alls (mostly for rank 7, which began
+    7.5 ms late): the made ranks arrive that late, in 'made_rank_lateness' nodes, and the run
+    keeps rank 0's span (without them: 0.92 of it, in our replay and ASTRA-sim alike), in our
+    replay and in ASTRA-sim within 2 % of each other. Against the 8 recorded
     ranks in ASTRA-sim: rank 0's copies end earlier (DLRM shards its embedding tables: rank 0
     is not the slowest)."""
     result = CliRunner().invoke(cli, ["scale", str(dlrm["rank0", "astra-sim"]), "-o",
@@ -186,9 +186,11 @@ def test_rank_0_alone_completed_runs_in_astra_sim(dlrm, tmp_path):
         assert len(et.nodes) == len(recorded.nodes) + len(late)
         assert len(late) == (0 if rank == 0 else 4)
         by_id = {n.id: n for n in et.nodes}
-        for n in late:  # each the one dependency of a collective
+        for n in late:  # each the one dependency of a collective, in the device's order
             users = [u for u in et.nodes if n.id in u.ctrl_deps]
-            assert [u.type for u in users] == [COMM_COLL] and list(users[0].ctrl_deps) == [n.id]
+            collectives = [u for u in users if u.type == COMM_COLL]
+            assert len(collectives) == 1 and list(collectives[0].ctrl_deps) == [n.id]
+            assert len(users) <= 2 and all(u.type == COMP for u in users if u.type != COMM_COLL)
             assert by_id[n.id].duration_micros > 0
     span_us = span_of(run_model.Rank.of_nodes(0, "", recorded.nodes).columns)
     replayed = scaling.scale_run(dlrm["rank0", "astra-sim"], tmp_path / "again", world=8)
@@ -289,7 +291,7 @@ def test_megatron_bridge_layout_converts_and_completes(tmp_path):
     """A folder written the way Megatron-Bridge's profiling writes one (rank 0 of 2 gloo ranks:
     chakra/rank-0.json.gz, torch_profile/rank-0.json.gz) converts (Kineto's distributedInfo
     gives the run's size) and completes to both ranks, ready for ASTRA-sim, which ends where
-    the recorded rank's span does."""
+    our replay does."""
     job = Path(__file__).with_name("megatron_bridge_job.py")
     run = subprocess.run([sys.executable, str(job), str(tmp_path / "run"), _free_port()],
                          capture_output=True, text=True, timeout=300)
@@ -305,10 +307,16 @@ def test_megatron_bridge_layout_converts_and_completes(tmp_path):
     done = scaling.scale_run(converted, tmp_path / "whole", world=2)
     files = _read(tmp_path / "whole")
     assert sorted(files) == [0, 1] and _meta(files[1])[scaling.MADE_ATTR] == 0
-    assert done.predicted_us == pytest.approx(done.recorded_span_us, rel=0.01)
+    # The recorded rank ends about where it did (0.5-1.0 % later in 3 runs: the made rank's
+    # lateness holds its compute in the device's order, and it comes a little later to the
+    # collectives after); the made one a little after it.
+    ranks, groups, world = run_model.read_run(sorted((tmp_path / "whole").glob("*.et")))
+    again = {r.rank: r.replayed_us for r in replay_run(ranks).ranks}
+    assert again[0] == pytest.approx(done.recorded_span_us, rel=0.02)
+    assert done.predicted_us == pytest.approx(done.recorded_span_us, rel=0.05)
     if not os.environ.get("ASTRA_BIN") or not ASTRA_RUN.exists():
         return
-    assert _astra(tmp_path / "whole", 2) == pytest.approx(done.recorded_span_us, rel=0.02)
+    assert _astra(tmp_path / "whole", 2) == pytest.approx(done.predicted_us, rel=0.02)
 
 
 @pytest.mark.extended  # (a 4-rank torch job: 20 s)
