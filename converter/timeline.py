@@ -398,16 +398,15 @@ DRAW_ALL_UP_TO = 16  # ranks: a bigger run draws the ranks that matter (``ranks_
 
 
 def ranks_that_matter(ranks: Sequence, peers) -> dict[int, str]:
-    """rank -> why it is drawn, of a run too big to draw whole: the straggler (the rank its
-    peers waited for longest), the rank of the longest recorded span and the rank of the
-    median span."""
+    """rank -> why it is drawn, of a run too big to draw whole: the rank its peers waited for
+    longest, the rank of the longest recorded span and the rank of the median span."""
     from .stats import span_of
     from .whatif import most_waited_for, waited_for
 
     why: dict[int, list[str]] = defaultdict(list)
     late = most_waited_for(waited_for(ranks, peers))
     if late is not None:
-        why[late].append("straggler")
+        why[late].append("most waited for")
     spans = sorted((span_of(r.columns), r.rank) for r in ranks)
     if spans:
         why[spans[-1][1]].append("longest span")

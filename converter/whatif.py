@@ -381,27 +381,46 @@ def replay_schedule(ranks: Sequence[Rank], peers: run_peers.Peers,
     return schedule
 
 
+STRAGGLER_TRY_ALL_UP_TO = 16  # ranks: every rank is tried as the straggler; in a bigger run,
+STRAGGLER_CANDIDATES = 3  # the ranks most waited for (each try is a replay of the run)
+
+
 @dataclass
 class Straggler:
-    """Who the run waited for: per rank, the time its peers spent waiting for it (each
-    collective's waits are its last member's doing), and the run replayed with every rank's
-    compute at the median rank's (ByteDance's S = measured / that)."""
+    """Who holds the run up. Per rank, the time its peers spent waiting for it (each
+    collective's waits are its last member's doing); per rank tried (every rank of a run of up
+    to ``STRAGGLER_TRY_ALL_UP_TO``, else the ``STRAGGLER_CANDIDATES`` most waited for), how much
+    shorter the run replays with its compute brought to the others' median (none where it
+    computed no more than they did); the straggler is the rank that shortens it most. And the
+    run replayed with every rank's compute at the median rank's (ByteDance's S = measured /
+    that)."""
 
     waited_for_us: dict[int, float]
     compute_us: dict[int, float]
     replayed_us: float
     at_median_us: float
+    shortened_us: dict[int, float] = field(default_factory=dict)
 
     @property
     def rank(self) -> int | None:
+        best = max(self.shortened_us.items(), key=lambda kv: (kv[1], -kv[0]), default=None)
+        return best[0] if best and best[1] > 0 else None
+
+    @property
+    def most_waited_for(self) -> int | None:
         return most_waited_for(self.waited_for_us)
+
+    def others_median_us(self, rank: int) -> float:
+        others = sorted(c for r, c in self.compute_us.items() if r != rank)
+        return others[(len(others) - 1) // 2] if others else 0.0
 
     @property
     def slowdown(self) -> float:
         return self.replayed_us / self.at_median_us if self.at_median_us else 1.0
 
     def to_json(self) -> dict:
-        return {"rank": self.rank,
+        return {"rank": self.rank, "most_waited_for": self.most_waited_for,
+                "shortened_us": {str(k): round(v, 3) for k, v in self.shortened_us.items()},
                 "waited_for_us": {str(k): round(v, 3) for k, v in self.waited_for_us.items()},
                 "compute_us": {str(k): round(v, 3) for k, v in self.compute_us.items()},
                 "replayed_us": round(self.replayed_us, 3),
@@ -440,7 +459,31 @@ def straggler(ranks: Sequence[Rank], peers: run_peers.Peers) -> Straggler:
     middle = sorted(compute.values())[(len(compute) - 1) // 2] if compute else 0.0
     scaled = {rank: Change(compute=middle / c) for rank, c in compute.items() if c}
     run = replay_run(ranks, peers=peers, per_rank=scaled)
-    return Straggler(waited, compute, run.replayed_us, run.predicted_us)
+    late = Straggler(waited, compute, run.replayed_us, run.predicted_us)
+    if len(ranks) <= STRAGGLER_TRY_ALL_UP_TO:
+        tried = sorted(compute)
+    else:
+        tried = [k for k in sorted(waited, key=lambda k: (-waited[k], k)) if waited[k] > 0]
+        tried = tried[:STRAGGLER_CANDIDATES]
+    _, base = _starts(ranks, peers)
+    first = _firsts(ranks)
+    measured = array("d")
+    for r in ranks:
+        measured.extend(r.columns.durs)
+    transfer = {first[i] + r.position(nid): peers.transfer_us[(r.rank, nid)]
+                for i, r in enumerate(ranks) for nid in r.comm if (r.rank, nid) in peers.transfer_us}
+    index_of = {r.rank: i for i, r in enumerate(ranks)}
+    for rank in tried:
+        target = late.others_median_us(rank)
+        if not compute[rank] or compute[rank] <= target:
+            late.shortened_us[rank] = 0.0
+            continue
+        i = index_of[rank]
+        changed = array("d", measured)
+        changed[first[i]:first[i + 1]] = durations(ranks[i], Change(compute=target / compute[rank]))[1]
+        ends = _schedule(ranks, peers, base, changed, transfer).rank_ends(len(ranks))
+        late.shortened_us[rank] = run.replayed_us - max(ends, default=0.0)
+    return late
 
 
 COMPUTE_CARRIED = 0.10  # --comm-from: compute that differs more than this is said
@@ -671,15 +714,25 @@ def parse_change(comm: Sequence[str], compute: str | None) -> Change:
 
 
 def render_straggler(late: Straggler) -> str:
-    if late.rank is None:
-        return "  no rank kept the others waiting"
-    others = late.waited_for_us[late.rank]
-    return (f"  straggler: rank {late.rank} (the others waited {others / 1e3:,.3f} ms for it in "
-            f"all; its compute {late.compute_us[late.rank] / 1e3:,.3f} ms against the median "
-            f"rank's {sorted(late.compute_us.values())[(len(late.compute_us) - 1) // 2] / 1e3:,.3f}"
-            f"); with every rank's compute at the median rank's, the run replays in "
-            f"{late.at_median_us / 1e3:,.3f} ms instead of {late.replayed_us / 1e3:,.3f} "
-            f"(slowdown S = {late.slowdown:.3f})")
+    waited = late.most_waited_for
+    lines = []
+    if waited is not None:
+        lines.append(f"  most waited for: rank {waited} (the others waited "
+                     f"{late.waited_for_us[waited] / 1e3:,.3f} ms for it in all)")
+    rank = late.rank
+    if rank is None:
+        lines.append(f"  straggler: none ({len(late.shortened_us)} rank(s) tried: none that "
+                     "computed more than the others' median shortens the run brought to it)")
+    else:
+        lines.append(f"  straggler: rank {rank} (its compute "
+                     f"{late.compute_us[rank] / 1e3:,.3f} ms against the others' median "
+                     f"{late.others_median_us(rank) / 1e3:,.3f}); brought to theirs, the run "
+                     f"replays in {(late.replayed_us - late.shortened_us[rank]) / 1e3:,.3f} ms "
+                     f"instead of {late.replayed_us / 1e3:,.3f} "
+                     f"({-late.shortened_us[rank] / late.replayed_us:+.1%})")
+    lines.append(f"  with every rank's compute at the median rank's, the run replays in "
+                 f"{late.at_median_us / 1e3:,.3f} ms (slowdown S = {late.slowdown:.3f})")
+    return "\n".join(lines)
 
 
 def render_run(run: RunWhatIf, change: str) -> str:

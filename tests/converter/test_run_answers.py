@@ -1,5 +1,6 @@
-"""Options of the run tools combine as they say: ``--comm`` on top of ``--comm-from`` (it was
-dropped), in ``whatif`` and ``timeline`` alike."""
+"""The run tools' answers agree with each other: ``--comm`` on top of ``--comm-from`` (it was
+dropped), in ``whatif`` and ``timeline`` alike; the straggler ``stats`` names is what
+``whatif`` finds."""
 
 from __future__ import annotations
 
@@ -49,3 +50,59 @@ def test_validate_for_astra_sim_says_a_full_conversion_is_not_one(dlrm_converted
     assert done.returncode == 1
     problems = [line for line in done.stdout.splitlines() if line.startswith("  ")]
     assert len(problems) == 1 and "a --target full conversion" in problems[0], done.stdout
+
+
+def _stats(run: Path) -> dict:
+    done = subprocess.run([sys.executable, "-m", "chakra_hooks", "stats", "--json", str(run)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return orjson.loads(done.stdout.splitlines()[-1])["run"]
+
+
+@pytest.fixture(scope="module")
+def two_gloo_ranks(tmp_path_factory) -> Path:
+    """A real 2-rank gloo job (tests/linker/torch_gloo_job.py), converted."""
+    import socket
+
+    from chakra_hooks.convert import convert_paths
+
+    root = tmp_path_factory.mktemp("gloo2")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    job = Path(__file__).parents[1] / "linker" / "torch_gloo_job.py"
+    (root / "run").mkdir()
+    done = subprocess.run([sys.executable, str(job), str(root / "run"), port],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    convert_paths([root / "run"], root / "et", progress=False, warn=lambda _: None)
+    return root / "et"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ranks", [2, 8])
+def test_the_straggler_is_checked_by_the_replay(request, ranks):
+    """The straggler is the rank whose compute, brought to the others' median, shortens the
+    run most: what stats says each rank tried would gain is what whatif predicts with that
+    change (2 ranks too, where 'the median rank' had been the rank itself and the figure came
+    from slowing the other), and the straggler is the one that gains most."""
+    run = request.getfixturevalue("two_gloo_ranks" if ranks == 2 else "dlrm_converted")
+    late = _stats(run)["straggler"]
+    shortened = {int(k): v for k, v in late["shortened_us"].items()}
+    assert len(shortened) == ranks  # every rank of a small run tried
+    compute = {int(k): v for k, v in late["compute_us"].items()}
+    best = max(shortened.values())
+    assert late["rank"] == (min(r for r, v in shortened.items() if v == best) if best > 0
+                            else None)
+    checked = 0
+    for rank in sorted(compute, key=lambda r: -compute[r])[:2]:
+        others = sorted(c for r, c in compute.items() if r != rank)
+        target = others[(len(others) - 1) // 2]
+        if compute[rank] <= target:
+            assert shortened[rank] == 0
+            continue
+        got = _whatif(run, "--ranks", str(rank), "--compute", f"{target / compute[rank]!r}x")
+        assert got["predicted_us"] == pytest.approx(late["replayed_us"] - shortened[rank],
+                                                    rel=1e-6)
+        checked += 1
+    assert checked
