@@ -483,9 +483,11 @@ def timeline(files: tuple[str, ...], output: str, comm: tuple[str, ...], compute
                + "; open it in ui.perfetto.dev or chrome://tracing")
     for tl in recorded:
         line = f"  rank {tl.rank}: critical path {tl.critical_us:,.3f} us"
-        match = next((p for p in predicted if p.rank == tl.rank), None)
-        if match is not None:
-            line += f", predicted {match.critical_us:,.3f} us"
+        if tl.rank in drawn.replays:  # against the replay as recorded, as whatif says it
+            span, replayed, then = drawn.replays[tl.rank]
+            line = (f"  rank {tl.rank}: measured {span:,.3f} us, replayed {replayed:,.3f} us, "
+                    f"predicted {then:,.3f} us"
+                    + (f" ({then / replayed - 1:+.1%} against the replay)" if replayed else ""))
         if tl.stuck:
             line += (f"; {tl.stuck:,} nodes on or behind a dependency cycle never run in a "
                      "replay: drawn after the end, on a track of their own")

@@ -423,6 +423,9 @@ class Drawn:
     predicted: list[RankTimeline]
     why: dict[int, str] = field(default_factory=dict)
     left_out: int = 0
+    # Per rank drawn, with a change: (measured span, the replay as recorded, the prediction),
+    # us: whatif's figures, so that a prediction is against the same replay in both.
+    replays: dict[int, tuple[float, float, float]] = field(default_factory=dict)
 
 
 def draw_files(paths: Sequence[Path], change: Change | None = None, described: str = "",
@@ -444,6 +447,7 @@ def draw_files(paths: Sequence[Path], change: Change | None = None, described: s
     from . import whatif
 
     recorded, predicted = [], []
+    replays: dict[int, tuple[float, float, float]] = {}
     with gc_paused():  # millions of small objects, none in a reference cycle
         small = len(paths) <= DRAW_ALL_UP_TO or every_rank
         ranks, groups, world = run_model.read_run(list(paths), keep_nodes=small, progress=None,
@@ -475,5 +479,8 @@ def draw_files(paths: Sequence[Path], change: Change | None = None, described: s
                 predicted.append(from_run(r.rank, r.path, nodes[i], values[i], replayed[i],
                                           round(run.origin_us * PS_PER_US),
                                           run.ranks[i].predicted_us))
+                replays[r.rank] = (run.ranks[i].span_us, run.ranks[i].replayed_us,
+                                   run.ranks[i].predicted_us)
         doc = build(recorded, predicted, described if change is not None else "", flows)
-        return orjson.dumps(doc), Drawn(recorded, predicted, why, len(ranks) - len(drawn))
+        return orjson.dumps(doc), Drawn(recorded, predicted, why, len(ranks) - len(drawn),
+                                        replays)

@@ -755,10 +755,14 @@ def _measured(span_us: float, replayed_us: float) -> str:
     if not span_us:
         return (f"no recorded times (an ET without them, as the reference converter writes), "
                 f"replayed {replayed_us / 1e3:,.3f} ms")
-    return (f"measured {span_us / 1e3:,.3f} ms, replayed {replayed_us / 1e3:,.3f} ms "
-            f"({replayed_us / span_us:.1%} of it: the rest is time no dependency or gap holds)"
-            if abs(replayed_us / span_us - 1) > 0.005 else
-            f"measured {span_us / 1e3:,.3f} ms, replayed {replayed_us / 1e3:,.3f} ms")
+    said = f"measured {span_us / 1e3:,.3f} ms, replayed {replayed_us / 1e3:,.3f} ms"
+    if replayed_us < span_us * 0.995:
+        return (f"{said} ({replayed_us / span_us:.1%} of it: the rest is time no dependency or "
+                "gap holds)")
+    if replayed_us > span_us * 1.005:  # ranks replayed together wait for each other
+        return (f"{said} ({replayed_us / span_us:.1%} of it: the replay holds collectives until "
+                "their last member arrives, where the recording let some go sooner)")
+    return said
 
 
 def _rank_lines(ranks: Sequence[RankWhatIf]) -> list[str]:

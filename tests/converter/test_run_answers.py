@@ -106,3 +106,31 @@ def test_the_straggler_is_checked_by_the_replay(request, ranks):
                                                     rel=1e-6)
         checked += 1
     assert checked
+
+
+def test_timeline_and_whatif_share_one_baseline(dlrm_converted, tmp_path):
+    """timeline compares its prediction with the replay as recorded, as whatif does (it
+    compared with the rank's recorded critical path: a change of nothing 'moved' the run, and
+    --comm 0.25x was -17.2 % in one and -18.1 % in the other)."""
+    import re
+
+    def drawn(*args: str) -> dict[int, tuple[float, float, float]]:
+        done = subprocess.run([sys.executable, "-m", "chakra_hooks", "timeline",
+                               str(dlrm_converted), "-o", str(tmp_path / "t.json.gz"), *args],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        found = re.findall(r"rank (\d+): measured ([\d,.]+) us, replayed ([\d,.]+) us, "
+                           r"predicted ([\d,.]+) us", done.stdout)
+        return {int(r): tuple(float(v.replace(",", "")) for v in vs) for r, *vs in found}
+
+    lines = subprocess.run([sys.executable, "-m", "chakra_hooks", "whatif", "--json", "--comm",
+                            "0.25x", str(dlrm_converted)], capture_output=True, text=True,
+                           timeout=300).stdout.splitlines()
+    per_rank = {row["rank"]: row for row in map(orjson.loads, lines[:-1])}
+    timeline = drawn("--comm", "0.25x")
+    assert sorted(timeline) == sorted(per_rank) and len(timeline) == 8
+    for rank, (span, replayed, predicted) in timeline.items():
+        assert replayed == pytest.approx(per_rank[rank]["replayed_us"], abs=0.001)
+        assert predicted == pytest.approx(per_rank[rank]["predicted_us"], abs=0.001)
+    for rank, (span, replayed, predicted) in drawn("--comm", "1x").items():
+        assert predicted == replayed
