@@ -209,6 +209,30 @@ COLUMNS = (
 )
 
 
+LINE_WIDTH = 200  # characters: a longer line of stats goes on, indented, on the next
+
+
+def _within_width(text: str) -> str:
+    """``text`` with every line longer than ``LINE_WIDTH`` broken after a comma (after a space
+    where a part alone is too long), its rest indented under it."""
+    out = []
+    for line in text.splitlines():
+        indent = " " * (len(line) - len(line.lstrip()) + 4)
+        while len(line) > LINE_WIDTH:
+            cut = line.rfind(", ", 0, LINE_WIDTH - 1)
+            if cut <= len(indent):
+                cut = line.rfind(" ", 0, LINE_WIDTH)
+                if cut <= len(indent):
+                    break
+                out.append(line[:cut])
+                line = indent + line[cut + 1:]
+                continue
+            out.append(line[:cut + 1])
+            line = indent + line[cut + 2:]
+        out.append(line)
+    return "\n".join(out)
+
+
 @cli.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per file, then the run.")
@@ -256,11 +280,11 @@ def stats(files: tuple[str, ...], as_json: bool) -> None:
             summary["warnings"] = said
         click.echo(orjson.dumps({"run": summary}).decode())
     else:
-        click.echo(measure.render(ranks))
+        said = [measure.render(ranks)]
         if late is not None:
-            click.echo(model.render_straggler(late))
-        for note in peers.notes:
-            click.echo(f"  note: {note}")
+            said.append(model.render_straggler(late))
+        said += [f"  note: {note}" for note in peers.notes]
+        click.echo(_within_width("\n".join(said)))
 
 
 @cli.command()

@@ -465,19 +465,22 @@ def straggler(ranks: Sequence[Rank], peers: run_peers.Peers) -> Straggler:
     else:
         tried = [k for k in sorted(waited, key=lambda k: (-waited[k], k)) if waited[k] > 0]
         tried = tried[:STRAGGLER_CANDIDATES]
-    _, base = _starts(ranks, peers)
-    first = _firsts(ranks)
-    measured = array("d")
-    for r in ranks:
-        measured.extend(r.columns.durs)
-    transfer = {first[i] + r.position(nid): peers.transfer_us[(r.rank, nid)]
-                for i, r in enumerate(ranks) for nid in r.comm if (r.rank, nid) in peers.transfer_us}
     index_of = {r.rank: i for i, r in enumerate(ranks)}
+    base = first = measured = transfer = None  # the replay's inputs, made for the first try
     for rank in tried:
         target = late.others_median_us(rank)
         if not compute[rank] or compute[rank] <= target:
             late.shortened_us[rank] = 0.0
             continue
+        if base is None:
+            _, base = _starts(ranks, peers)
+            first = _firsts(ranks)
+            measured = array("d")
+            for r in ranks:
+                measured.extend(r.columns.durs)
+            transfer = {first[i] + r.position(nid): peers.transfer_us[(r.rank, nid)]
+                        for i, r in enumerate(ranks) for nid in r.comm
+                        if (r.rank, nid) in peers.transfer_us}
         i = index_of[rank]
         changed = array("d", measured)
         changed[first[i]:first[i + 1]] = durations(ranks[i], Change(compute=target / compute[rank]))[1]

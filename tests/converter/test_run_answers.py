@@ -134,3 +134,13 @@ def test_timeline_and_whatif_share_one_baseline(dlrm_converted, tmp_path):
         assert predicted == pytest.approx(per_rank[rank]["predicted_us"], abs=0.001)
     for rank, (span, replayed, predicted) in drawn("--comm", "1x").items():
         assert predicted == replayed
+
+
+def test_no_line_of_stats_is_over_200_characters(dlrm_converted):
+    """DLRM's top ops on the path made lines of 251-304 characters: a longer line now goes on,
+    indented, after a comma."""
+    done = subprocess.run([sys.executable, "-m", "chakra_hooks", "stats", str(dlrm_converted)],
+                          capture_output=True, text=True, timeout=300)
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0 and max(len(line) for line in lines) <= 200
+    assert any(line.startswith("      autograd::") for line in lines)  # a top ops line went on
