@@ -13,8 +13,9 @@ Two things make ranks that were not recorded:
 - **Growth** (``--dp Kx``, or ``--world N`` with N a multiple of the run's size): the
   (completed) run is copied K times, copy c's rank r becoming rank c * W + r. Groups that
   span the whole recorded run grow to the whole new one, as do the groups named with
-  ``--grow``; every other group is copied with its copy (tensor- or pipeline-parallel groups
-  keep their size). Data parallelism is outermost in this layout, as in torch's default
+  ``--grow`` (else those the traces describe as data parallel: ``pg_desc``, kept by the
+  converter as the metadata's ``data_parallel_groups``); every other group is copied with its
+  copy (tensor- or pipeline-parallel groups keep their size). Data parallelism is outermost in this layout, as in torch's default
   device mesh; the whole-run groups are the data-parallel ones in a data-parallel run, and
   ``--grow`` names the data-parallel groups of a run with other dimensions (the traces name
   groups by number only, so which groups are data parallel is the user's to say).
@@ -60,6 +61,7 @@ from .targets.astra_sim import network as fitting
 from .targets.astra_sim.run_rules import RECORDED_GROUP
 
 MADE_ATTR = "made_from_rank"
+DATA_PARALLEL_ATTR = "data_parallel_groups"  # metadata: ids of groups described as DP
 SCALED_ATTR = "scaled_from_world_size"
 
 
@@ -74,6 +76,7 @@ class Plan:
     group_of: dict[int, dict[str, str]] = field(default_factory=dict)  # rank -> pg -> new pg
     groups: dict[str, list[int]] = field(default_factory=dict)  # the new comm_group.json
     grown: list[str] = field(default_factory=list)  # recorded groups that grew
+    described: list[str] = field(default_factory=list)  # of them, those the traces named DP
 
     @property
     def made(self) -> list[int]:
@@ -123,9 +126,9 @@ def make_plan(recorded: Sequence[int], recorded_world: int, groups: Mapping[str,
         for name, members in known.items():
             if r not in members:
                 continue
-            if name in growing or p in members:
+            if p in members:
                 view[name] = members
-            else:
+            else:  # (a group that grows too: its copy holding p grows, not the source's)
                 view[name] = _shifted_group(members, p, r, known.values(), W)
         within[p] = view
     new_groups: dict[str, list[int]] = {}
@@ -139,9 +142,9 @@ def make_plan(recorded: Sequence[int], recorded_world: int, groups: Mapping[str,
             if members is None:
                 continue
             if name in growing:
-                grown = sorted({m + k * W for m in known[name] for k in range(copies)})
-                mine[name] = name
-                new_groups[name] = grown
+                grown = sorted({m + k * W for m in members for k in range(copies)})
+                new_name = mine[name] = name if members == known[name] else name_for(grown)
+                new_groups[new_name] = grown
             else:
                 moved = [m + c * W for m in members]
                 new_name = mine[name] = name_for(moved)
@@ -228,6 +231,11 @@ def scale_run(folder: Path, out: Path, world: int | None = None, dp: int | None 
             recorded_world = max(recorded_world, meta["world_size"])
     recorded_world = max(recorded_world, max(recorded) + 1)
     groups = run_model.read_groups(folder)
+    described: set[str] = set()  # groups whose description says data parallel (the traces')
+    for _, et in recorded.values():
+        for a in et.metadata.attr:
+            if a.name == DATA_PARALLEL_ATTR:
+                described.update(str(g) for g in value_of(a))
     if world is not None and dp is not None:
         raise ValueError("--world and --dp both give the new run's size: give one")
     # The recorded ranks as the run tools read them (nodes, attributes, times).
@@ -237,7 +245,10 @@ def scale_run(folder: Path, out: Path, world: int | None = None, dp: int | None 
                   for rank, (path, et) in recorded.items()}
     _restore_groups(base_ranks.values(), groups)
     new_world = world if world is not None else recorded_world * (dp or 1)
+    if not grow:  # the user's --grow, else the groups the traces describe as data parallel
+        grow = sorted((g for g in described if g in groups), key=_group_order)
     plan = make_plan(list(recorded), recorded_world, groups, new_world, grow)
+    plan.described = [g for g in grow if g in described]
     notes: list[str] = []
     unplaced = sorted({(p, name) for p in range(recorded_world) for name, members in
                        groups.items() if plan.source[p] in members
@@ -708,6 +719,8 @@ def render(done: Scaled, folder: Path, out: Path) -> str:
     if plan.world > plan.recorded_world:
         lines.append("process groups grown across the copies: " + (
             ", ".join(repr(g) for g in plan.grown) if plan.grown else "the whole run's")
+            + (f" ({', '.join(repr(g) for g in plan.described)}: described as data parallel "
+               "in the traces)" if plan.described else "")
             + "; the others copied with their copy")
     if made:
         lines.append("made ranks are copies: each computes as its source did; " + _spread(done))

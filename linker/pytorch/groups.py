@@ -15,15 +15,20 @@ per-rank tables and renumber on conflict.
 
 from __future__ import annotations
 
+import re
+
 import orjson
 
 NAMED_BASE = 100_000
+# A process group's description that names data parallelism.
+DATA_PARALLEL = re.compile(r"(?i)(?:^|[^a-z])(?:data[_ ]?parallel|dp)(?:[^a-z]|$)")
 
 
 class Groups:
     def __init__(self, world: int | None) -> None:
         self.world = world
         self.by_name: dict[str, list[int]] = {}
+        self.descs: dict[str, str] = {}  # name -> the group's description (``pg_desc``)
         # collectives resolved to "all ranks" only because nothing said which group they ran on
         self.unresolved = 0
 
@@ -50,6 +55,9 @@ class Groups:
                 ranks = cfg.get("ranks")
                 self.add(cfg.get("pg_name"), ranks if isinstance(ranks, list) else None,
                          cfg.get("pg_size", cfg.get("group_size")))
+                desc = cfg.get("pg_desc")
+                if isinstance(desc, str) and cfg.get("pg_name") not in (None, ""):
+                    self.descs.setdefault(str(cfg["pg_name"]), desc)
 
     def resolve(self, name: str | None, ranks: list[int] | None) -> int | None:
         """The id of the group a collective ran on; None = all ranks (or unknown)."""
@@ -79,3 +87,12 @@ class Groups:
 
     def table(self) -> dict[int, list[int]]:
         return {self._id(name): ranks for name, ranks in self.by_name.items()}
+
+    def data_parallel(self) -> list[int]:
+        """The ids of the groups that are not the whole run whose description says data
+        parallel (Megatron's ``DATA_PARALLEL_GROUP``, ``EXPERT_DATA_PARALLEL_GROUP``; a device
+        mesh's ``mesh_dp``, ``mesh_dp_shard``): the groups ``scale`` grows. Only this role is
+        kept of a description, not its words."""
+        return sorted(self._id(name) for name, desc in self.descs.items()
+                      if name in self.by_name and DATA_PARALLEL.search(desc)
+                      and not (self.world and self.by_name[name] == list(range(self.world))))

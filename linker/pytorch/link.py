@@ -944,6 +944,9 @@ class PytorchLinker:
         pytorch_edges.prune_edges(self)
         trace, et, kt = self.trace, self.et, self.kt
         trace.groups = self.groups.table()
+        data_parallel = self.groups.data_parallel()
+        if data_parallel:
+            trace.metadata["data_parallel_groups"] = data_parallel
         unresolved, subgroups = self.groups.unresolved, self.groups.subgroups()
         if unresolved:
             trace.stats["comm_group_unknown"] = unresolved

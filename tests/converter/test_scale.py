@@ -359,3 +359,30 @@ def test_tensor_and_data_parallel_groups_made_whole(tmp_path, target):
         assert not run_rules.check_run({r: et.nodes for r, et in files.items()}, groups)
         if os.environ.get("ASTRA_BIN") and ASTRA_RUN.exists():
             assert _astra(tmp_path / "whole", 4) > 0
+
+
+@pytest.mark.extended  # (a 4-rank torch job: 20 s)
+def test_groups_described_as_data_parallel_grow(tmp_path):
+    """The tensor x data parallel job, its groups described as Megatron describes them
+    (``group_desc``), recorded whole and grown x2 without --grow: the data-parallel groups
+    grow ({0, 2} -> {0, 2, 4, 6}), the tensor-parallel pairs are copied ({4, 5}, {6, 7}), and
+    scale says which groups the descriptions named. The converter keeps only that role
+    (``data_parallel_groups``), not the descriptions' words."""
+    job = Path(__file__).with_name("tp_dp_job.py")
+    run = subprocess.run([sys.executable, str(job), str(tmp_path / "run"), _free_port()],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    converted = tmp_path / "et"
+    convert_paths([tmp_path / "run"], converted, progress=False, warn=lambda _: None)
+    metas = [_meta(et) for et in _read(converted).values()]
+    assert all(len(meta["data_parallel_groups"]) == 1 for meta in metas)  # its own, each rank
+    assert len({g for meta in metas for g in meta["data_parallel_groups"]}) == 2
+    assert not any("DATA_PARALLEL" in str(v) for meta in metas for v in meta.values())
+    result = CliRunner().invoke(cli, ["scale", str(converted), "-o", str(tmp_path / "x2"),
+                                      "--dp", "2x"])
+    assert result.exit_code == 0, result.output
+    assert "described as data parallel in the traces" in result.output
+    members = sorted(sorted(m) for m in run_model.read_groups(tmp_path / "x2").values())
+    assert [0, 2, 4, 6] in members and [1, 3, 5, 7] in members
+    assert [0, 1] in members and [4, 5] in members and [6, 7] in members
+    assert [4, 6] not in members

@@ -20,8 +20,11 @@ def _rank_main(rank: int, world: int, outdir: str, port: str) -> None:
 
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", port
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    tp = [dist.new_group([0, 1]), dist.new_group([2, 3])][rank // 2]
-    dp = [dist.new_group([0, 2]), dist.new_group([1, 3])][rank % 2]
+    # Described as Megatron describes its groups (scale grows the data-parallel ones).
+    tp = [dist.new_group([0, 1], group_desc="TENSOR_MODEL_PARALLEL_GROUP"),
+          dist.new_group([2, 3], group_desc="TENSOR_MODEL_PARALLEL_GROUP")][rank // 2]
+    dp = [dist.new_group([0, 2], group_desc="DATA_PARALLEL_GROUP"),
+          dist.new_group([1, 3], group_desc="DATA_PARALLEL_GROUP")][rank % 2]
     model = torch.nn.Linear(128, 128)
     with chakra.trace(outdir, steps=range(1, 3), model=model) as t:
         for _ in range(4):
