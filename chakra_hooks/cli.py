@@ -204,8 +204,8 @@ COLUMNS = (
     "  dur us: the nodes' durations added up (host, device and gap nodes overlap in time: not "
     "the wall time; `stats` gives the span and the critical path)",
     "  comm bytes: bytes the communication nodes move; linked: share of the host ET's ops found "
-    "in the Kineto trace ('-': only one of the two files, or an XLA profile, which has no host "
-    "ET)",
+    "in the Kineto trace (an XLA profile: of its device ops found in the HLO modules; '-': "
+    "only one of the two files)",
 )
 
 

@@ -197,3 +197,13 @@ def test_the_readme_main_job_in_astra_sim_takes_its_measured_span(tmp_path):
     whatif_change = run["predicted_us"] / run["replayed_us"]
     astra_change = int(found4[1]) / int(found[1])
     assert whatif_change == pytest.approx(astra_change, abs=0.02), (run, found[1], found4[1])
+
+
+def test_the_linked_column_of_an_xla_profile_says_what_it_counts(corpus, tmp_path):
+    """The legend said an XLA profile shows '-' while the JAX row showed a share (77.8 %): the
+    share of its device ops found in the HLO modules, which the legend now says."""
+    done = _cli("convert", corpus / "jax_xla" / "tpu_inference_2.xplane.pb", "-o", tmp_path / "x")
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.strip().endswith(".et")]
+    assert rows and all(line.split()[-2].endswith("%") for line in rows)
+    assert "an XLA profile: of its device ops found in the HLO modules" in done.stdout
