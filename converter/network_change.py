@@ -231,23 +231,19 @@ def fit_run(ranks: Sequence[Rank], peers: Peers, groups: Mapping[str, Sequence[i
         # Of each kind, the quickest; but a kind of which some overlapped others is fitted as
         # the rest are (a share of the time they covered together says less than a transfer:
         # DDP's buckets, two at a time, made whole at 0.81 of the span fitted to their least).
+        kind_of = {key: (dim, sample.comm_type, sample.size, sample.npus, shapes.get(key))
+                   for key, (dim, sample) in samples.items() if key in waits_unknown}
         quickest: dict[tuple, Key] = {}
         overlapped: set[tuple] = set()
-        for key, (dim, sample) in samples.items():
-            if key not in waits_unknown:
-                continue
-            kind = (dim, sample.comm_type, sample.size, sample.npus, shapes.get(key))
+        for key, kind in kind_of.items():
             if transfer[key] < peers.transfer_us.get(key, transfer[key]) * (1 - 1e-6):
                 overlapped.add(kind)
-                continue
-            if kind not in quickest or sample.measured_ns < samples[quickest[kind]][1].measured_ns:
+            elif kind not in quickest or (samples[key][1].measured_ns
+                                          < samples[quickest[kind]][1].measured_ns):
                 quickest[kind] = key
         kept = set(quickest.values())
-        fitted_samples = {}
-        for key, (dim, sample) in samples.items():
-            kind = (dim, sample.comm_type, sample.size, sample.npus, shapes.get(key))
-            if key not in waits_unknown or key in kept or kind in overlapped:
-                fitted_samples[key] = (dim, sample)
+        fitted_samples = {key: found for key, found in samples.items()
+                          if key not in kind_of or key in kept or kind_of[key] in overlapped}
     links, fitted_to, unsplit = {}, {}, []
     if shapes:  # hosts of as many ranks each: two dimensions, as ASTRA-sim models them
         inner, outer = fitting.fit_two_dims(

@@ -39,6 +39,8 @@ metadata names the rank it was made from (``made_from_rank``).
 
 from __future__ import annotations
 
+import bisect
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -209,6 +211,7 @@ def scale_run(folder: Path, out: Path, world: int | None = None, dp: int | None 
         raise TraceFormatError(folder, "folder", "a conversion's output (chakra.<rank>.et "
                                "files): `chakra-hooks convert` writes one")
     recorded: dict[int, tuple[Path, object]] = {}
+    described: set[str] = set()  # groups whose description says data parallel (the traces')
     machines: dict[int, tuple[str | None, str | None]] = {}  # rank -> (host, host_clock)
     recorded_world = 0
     for path in ets:
@@ -227,15 +230,11 @@ def scale_run(folder: Path, out: Path, world: int | None = None, dp: int | None 
             continue
         recorded[rank] = (path, et)
         machines[rank] = run_model.host_and_clock(meta)
+        described.update(str(g) for g in meta.get(DATA_PARALLEL_ATTR, ()))
         if isinstance(meta.get("world_size"), int):
             recorded_world = max(recorded_world, meta["world_size"])
     recorded_world = max(recorded_world, max(recorded) + 1)
     groups = run_model.read_groups(folder)
-    described: set[str] = set()  # groups whose description says data parallel (the traces')
-    for _, et in recorded.values():
-        for a in et.metadata.attr:
-            if a.name == DATA_PARALLEL_ATTR:
-                described.update(str(g) for g in value_of(a))
     if world is not None and dp is not None:
         raise ValueError("--world and --dp both give the new run's size: give one")
     # The recorded ranks as the run tools read them (nodes, attributes, times).
@@ -264,9 +263,12 @@ def scale_run(folder: Path, out: Path, world: int | None = None, dp: int | None 
     # Collectives whose peers were not all recorded: their times hold waits for them.
     alone = run_peers.analyse(list(base_ranks.values()), groups, recorded_world)
     unknown = {key for key in alone.unknown if key[0] in base_ranks}
+    unknown_of: dict[int, list[int]] = {}  # recorded rank -> those collectives' ids
+    for rank, nid in unknown:
+        unknown_of.setdefault(rank, []).append(nid)
     fitted = nets.fit_run(completed, completed_peers, groups_before, recorded_world,
                           {(n, nid) for n in range(recorded_world)
-                           for s, nid in unknown if plan.source[n] == s})
+                           for nid in unknown_of.get(plan.source[n], ())})
     # Made ranks come from their sources with the lateness the recorded ranks waited for.
     sources = {**base_ranks, **_late_sources(base_ranks, unknown, fitted, strings, notes)}
     ranks = [completed[n] if plan.source[n] == n and n < recorded_world
@@ -363,6 +365,16 @@ def _late_sources(recorded: Mapping[int, run_peers.Rank], unknown: set[run_peers
         c = r.columns
         spans = [(c.starts[p], c.starts[p] + c.durs[p], c.ids[p])
                  for p in whatif.collectives_in_order(c)]
+        starts = [s for s, _, _ in spans]  # (in order: collectives_in_order sorts by start)
+        ends = sorted(e for _, e, _ in spans)
+        zero = Counter(s for s, e, _ in spans if s == e)
+
+        def under_way(t: float) -> int:
+            """How many of the rank's transfers were under way at ``t`` (started before it,
+            ended after it): one pass of bisections, not a scan of them all per collective."""
+            return (bisect.bisect_left(starts, t) - bisect.bisect_right(ends, t)
+                    + zero.get(t, 0))
+
         for start, end, nid in spans:
             found = fitted.samples.get((rank, nid))
             if c.types[r.position(nid)] != COMM_COLL or (rank, nid) not in unknown \
@@ -370,12 +382,11 @@ def _late_sources(recorded: Mapping[int, run_peers.Rank], unknown: set[run_peers
                 continue
             dim, sample = found
             # When its transfer must have begun, on the model. Where another transfer of the
-            # rank was under way then, the rank's queue (or their sharing the network) may
-            # have held it; where none was, its peers did.
+            # rank was under way then (besides this one), the rank's queue (or their sharing
+            # the network) may have held it; where none was, its peers did.
             began = end - fitted.modelled(sample, dim, fitted.shapes.get((rank, nid)),
                                           fitted.links) / 1000
-            if began > start and not any(s < began < e for s, e, other in spans
-                                         if other != nid):
+            if began > start and under_way(began) - (began < end) == 0:
                 extra[nid] = began - start
         if not extra or r.nodes is None:
             continue
@@ -399,8 +410,6 @@ def _with_lateness(nodes, extra: Mapping[int, float], rank: int) -> list:
     collective, before the first that began after it): a late peer was busy, and ASTRA-sim
     runs one device op at a time, so our replay holds it to the same order (as a CPU op it
     would queue behind the host's ops: DLRM from ranks 0 and 7, 1.39x)."""
-    import bisect
-
     from .schema import COMP, Node
 
     def on_device(node) -> bool:
@@ -426,7 +435,8 @@ def _with_lateness(nodes, extra: Mapping[int, float], rank: int) -> list:
         at = bisect.bisect_right(starts, node.start_time_micros)
         if at and device[at - 1][1] not in deps:
             late.ctrl_deps.append(device[at - 1][1])
-        following = next((nid for _, nid in device[at:] if nid not in deps), None)
+        following = next((device[k][1] for k in range(at, len(device))
+                          if device[k][1] not in deps), None)
         if following is not None:
             after.setdefault(following, []).append(late.id)
         late.start_time_micros = node.start_time_micros

@@ -354,31 +354,45 @@ def replay_schedule(ranks: Sequence[Rank], peers: run_peers.Peers,
     matched ones run one at a time, in the order the rank started them (as a communicator's
     stream or gloo's queue runs them, and ASTRA-sim, one chunk per dimension at a time).
     ``base`` set."""
-    _, base = _starts(ranks, peers)
-    first = _firsts(ranks)
-    dur, transfer = array("d"), {}
+    base, first, dur, transfer = _recorded_inputs(ranks, peers)
     given = transfers_us or {}
     queue_after: dict[int, int] = {}
-    for index, r in enumerate(ranks):
-        dur.extend(r.columns.durs)
+    for index, r in enumerate(ranks) if given else ():
         at = first[index]
         previous = -1
-        for p in collectives_in_order(r.columns) if given else ():
+        for p in collectives_in_order(r.columns):
             nid = r.columns.ids[p]
             if (r.rank, nid) in given and (r.rank, nid) in peers.transfer_us:
                 if previous >= 0:
                     queue_after[at + p] = previous
                 previous = at + p
         for nid in r.comm:
-            key = at + r.position(nid)
             took = given.get((r.rank, nid))
-            if (r.rank, nid) in peers.transfer_us:
-                transfer[key] = peers.transfer_us[(r.rank, nid)] if took is None else took
-            elif took is not None:
-                dur[key] = took
+            if took is not None:
+                key = at + r.position(nid)
+                if key in transfer:
+                    transfer[key] = took
+                else:
+                    dur[key] = took
     schedule = _schedule(ranks, peers, base, dur, transfer, queue_after)
     schedule.base = base
     return schedule
+
+
+def _recorded_inputs(ranks: Sequence[Rank], peers: run_peers.Peers
+                     ) -> tuple[list[float], list[int], array, dict[int, float]]:
+    """What ``_schedule`` replays the run as recorded with: each rank's first start, where
+    each rank's nodes begin in the run's numbering, every node's duration and each matched
+    collective's transfer (by that numbering)."""
+    _, base = _starts(ranks, peers)
+    first = _firsts(ranks)
+    dur, transfer = array("d"), {}
+    for index, r in enumerate(ranks):
+        dur.extend(r.columns.durs)
+        for nid in r.comm:
+            if (r.rank, nid) in peers.transfer_us:
+                transfer[first[index] + r.position(nid)] = peers.transfer_us[(r.rank, nid)]
+    return base, first, dur, transfer
 
 
 STRAGGLER_TRY_ALL_UP_TO = 16  # ranks: every rank is tried as the straggler; in a bigger run,
@@ -466,21 +480,15 @@ def straggler(ranks: Sequence[Rank], peers: run_peers.Peers) -> Straggler:
         tried = [k for k in sorted(waited, key=lambda k: (-waited[k], k)) if waited[k] > 0]
         tried = tried[:STRAGGLER_CANDIDATES]
     index_of = {r.rank: i for i, r in enumerate(ranks)}
-    base = first = measured = transfer = None  # the replay's inputs, made for the first try
+    recorded = None  # the replay's inputs, made for the first rank that needs one
     for rank in tried:
         target = late.others_median_us(rank)
         if not compute[rank] or compute[rank] <= target:
             late.shortened_us[rank] = 0.0
             continue
-        if base is None:
-            _, base = _starts(ranks, peers)
-            first = _firsts(ranks)
-            measured = array("d")
-            for r in ranks:
-                measured.extend(r.columns.durs)
-            transfer = {first[i] + r.position(nid): peers.transfer_us[(r.rank, nid)]
-                        for i, r in enumerate(ranks) for nid in r.comm
-                        if (r.rank, nid) in peers.transfer_us}
+        if recorded is None:
+            recorded = _recorded_inputs(ranks, peers)
+        base, first, measured, transfer = recorded
         i = index_of[rank]
         changed = array("d", measured)
         changed[first[i]:first[i + 1]] = durations(ranks[i], Change(compute=target / compute[rank]))[1]
