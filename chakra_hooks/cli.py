@@ -529,12 +529,13 @@ def timeline(files: tuple[str, ...], output: str, comm: tuple[str, ...], compute
 @click.option("--level", type=click.Choice(["names", "shapes", "times"]), default="names",
               show_default=True,
               help="names: names, strings, paths and ids replaced or dropped; shapes: also tensor "
-                   "shapes rounded up to powers of two; times: also durations perturbed "
-                   "within --bound.")
+                   "shapes and the numbers among argument values rounded up to powers of two; "
+                   "times: also durations perturbed within --bound, and starts moved with them.")
 @click.option("--bound", type=float, default=0.0,
               help="With --level times: the largest relative change of a duration (0.05: 5 %).")
 @click.option("--seed", type=int, default=0, show_default=True,
-              help="With --level times: the noise's seed.")
+              help="With --level times: the noise's seed (mixed with the key: without the "
+                   "key, the noise cannot be worked out).")
 @click.option("--key-file", type=click.Path(), default="~/.chakra-hooks/share.key",
               show_default=True,
               help="The key the pseudonyms are made with (the default one is made on first "
@@ -545,7 +546,9 @@ def timeline(files: tuple[str, ...], output: str, comm: tuple[str, ...], compute
 @click.option("--overwrite", is_flag=True, help="Replace an earlier shared copy in -o.")
 @click.option("--check", "check_leaks", is_flag=True,
               help="Instead: search every word and id of the original inputs (PATHS after the "
-                   "shared folder) in the shared files; exit 1 on any found.")
+                   "shared folder) in the shared files, exact shapes at --level shapes and "
+                   "times, and, given the conversion, durations that can be read back at "
+                   "times; exit 1 on any found.")
 def share(paths: tuple[str, ...], output: str | None, level: str, bound: float, seed: int,
           key_file: str, new_key: bool, overwrite: bool, check_leaks: bool) -> None:
     """Share a converted run without its names: `share OUT -o SHARED` writes a copy whose node
@@ -558,14 +561,32 @@ def share(paths: tuple[str, ...], output: str | None, level: str, bound: float, 
         if len(paths) < 2:
             _fail("share --check SHARED INPUTS...: the shared folder, then the original traces "
                   "(files or folders) whose words must not be in it")
-        leaks, searched = sharing.check(Path(paths[0]), [Path(p) for p in paths[1:]])
-        for leak in leaks[:50]:
+        try:
+            found = sharing.check(Path(paths[0]), [Path(p) for p in paths[1:]])
+        except ValueError as exc:
+            _fail(str(exc))
+        for leak in found.leaks[:50]:
             click.echo(f"leak: {leak.token!r} in {leak.found_in} (from {leak.where})")
-        if leaks:
-            _fail(f"{paths[0]}: {len(leaks)} of {searched:,} words and ids of the inputs are in "
-                  "the shared files" + (" (first 50 listed)" if len(leaks) > 50 else ""))
-        click.echo(f"{paths[0]}: none of {searched:,} words and ids of the inputs is in the "
-                   "shared files")
+        for shape in found.shapes[:20]:
+            click.echo(f"exact shape: {shape.file} node {shape.node} {shape.where} holds "
+                       f"{', '.join(map(str, shape.numbers[:6]))}")
+        durations = found.durations
+        for rank, node, how in durations.examples if durations else ():
+            click.echo(f"duration read back: rank {rank} node {node}: {how}")
+        said = [f"{len(found.leaks)} of {found.searched:,} words and ids of the inputs are in "
+                "the shared files" + (" (first 50 listed)" if len(found.leaks) > 50 else "")]
+        if found.level in ("shapes", "times"):
+            said.append(f"{len(found.shapes):,} node(s) hold an exact shape")
+        if durations is not None:
+            said.append(f"{durations.count:,} of {durations.of:,} recorded durations can be "
+                        "read back")
+        if found.found:
+            _fail(f"{paths[0]}: " + "; ".join(said))
+        said[0] = f"none of {found.searched:,} words and ids of the inputs is in the shared files"
+        if found.level == "times" and durations is None:
+            said.append("durations not checked: give the conversion it was shared from (the "
+                        "folder convert wrote) among the inputs")
+        click.echo(f"{paths[0]}: " + "; ".join(said))
         return
     if len(paths) != 1 or not output:
         _fail("share OUT -o SHARED: one converted run (the folder convert wrote) and -o")

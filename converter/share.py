@@ -17,11 +17,13 @@ Levels (each keeps what the one before keeps):
   categories, collective names, ``stream:<device>:<stream>`` lanes, numeric process groups);
   the strings inside inputs' and outputs' values and types other than PyTorch's own; thread
   ids in ``gloo_thread``; the metadata's file names, paths, pids and notes (dropped).
-- ``shapes``: also every tensor dimension (and element count) rounded up to a power of two.
-  Communication sizes and memory nodes' bytes stay exact: a simulator needs them.
+- ``shapes``: also every tensor dimension, element count and offset, and every whole number
+  among the inputs' and outputs' values (sizes and strides given as arguments), rounded up to
+  a power of two. Communication sizes and memory nodes' bytes stay exact: a simulator needs
+  them.
 - ``times``: also each duration multiplied by 1 + u, u uniform in [-bound, +bound], drawn per
-  node from ``seed`` (the same node gets the same u in every run): starts stay, so a node may
-  end up to ``bound`` of its length early or late.
+  node under the key (and ``seed``), and every start moved with what it waited for, so that
+  no recorded duration can be read back from the starts (converter/share_times.py).
 
 The shared ETs' metadata says the level and what was removed (names of fields, never values).
 ``check`` is the leak test a user runs before sending (module-level docstring of ``check``).
@@ -47,9 +49,10 @@ from chakra_hooks.linker.enrich.gaps import GAP_NAME
 from chakra_hooks.linker.model import OpKind
 from chakra_hooks.linker.pytorch.comms import classify
 
-from . import etio
+from . import etio, share_times
 from .attrs import make_attr
-from .run_model import GROUPS_FILE, read_groups
+from . import peers as run_peers
+from .run_model import GROUPS_FILE, read_groups, read_run
 from .targets.astra_sim.network import MEMORY_FILE, NETWORK_FILE, SYSTEM_FILE
 
 LEVELS = ("names", "shapes", "times")
@@ -249,8 +252,10 @@ def string_attr(name: str, value: str, names: Pseudonyms) -> str:
 
 def _values(text: str, names: Pseudonyms, bucket: bool) -> str:
     """Inputs' / outputs' values (JSON): strings but device names pseudonymised; with
-    ``bucket``, a tensor's element count (the 4th of [id, storage, offset, numel, itemsize,
-    device]) rounded up to a power of two."""
+    ``bucket``, every whole number above 1 rounded up to a power of two (sizes, strides and
+    offsets given as arguments, such as ``aten::set_``'s or ``aten::view``'s), but a tensor's
+    id, storage id and item size (the 1st, 2nd and 5th of [id, storage, offset, numel,
+    itemsize, device])."""
     try:
         values = orjson.loads(text)
     except orjson.JSONDecodeError:
@@ -259,16 +264,24 @@ def _values(text: str, names: Pseudonyms, bucket: bool) -> str:
     def walk(value):
         if isinstance(value, str):
             return value if DEVICES.match(value) else names(value)
+        if bucket and isinstance(value, int) and not isinstance(value, bool):
+            return _power_of_two(value)
         if isinstance(value, list):
-            if (bucket and len(value) == 6 and isinstance(value[5], str)
-                    and isinstance(value[3], int) and not isinstance(value[3], bool)):
-                value = [*value[:3], _power_of_two(value[3]), *value[4:]]
+            if bucket and _is_tensor(value):
+                return [value[0], value[1], _power_of_two(value[2]), _power_of_two(value[3]),
+                        value[4], walk(value[5])]
             return [walk(v) for v in value]
         if isinstance(value, dict):
             return {names(str(k)): walk(v) for k, v in value.items()}
         return value
 
     return orjson.dumps(walk(values)).decode()
+
+
+def _is_tensor(value: list) -> bool:
+    """A tensor's [id, storage, offset, numel, itemsize, device] among an ET's values."""
+    return (len(value) == 6 and isinstance(value[5], str)
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in value[:5]))
 
 
 def _types(text: str, names: Pseudonyms) -> str:
@@ -310,17 +323,14 @@ def _shapes(text: str) -> str:
     return orjson.dumps(walk(shapes)).decode()
 
 
-def _noise(seed: int, rank: int, node_id: int, bound: float) -> float:
-    digest = hashlib.blake2b(f"{seed}:{rank}:{node_id}".encode(), digest_size=8).digest()
-    u = int.from_bytes(digest, "little") / 2**64  # [0, 1)
-    return 1.0 + bound * (2.0 * u - 1.0)
-
-
 # ---------------------------------------------------------------------------------- nodes
 
 
-def share_node(node, names: Pseudonyms, options: Options, rank: int, removed: Removed) -> None:
-    """Rewrite one decoded Node in place."""
+def share_node(node, names: Pseudonyms, options: Options, removed: Removed,
+               retimed: share_times.Retimed | None = None, at: tuple[int, int] = (0, 0)
+               ) -> None:
+    """Rewrite one decoded Node in place (``retimed``: the run's new times, this node's rank
+    index and position ``at``)."""
     if node.name != GAP_NAME:
         node.name = names(node.name, "op")
     bucket = options.level in ("shapes", "times")
@@ -337,8 +347,6 @@ def share_node(node, names: Pseudonyms, options: Options, rank: int, removed: Re
             io.types = shared
         if bucket and io.shapes:
             io.shapes = _shapes(io.shapes)
-    factor = _noise(options.seed, rank, node.id, options.bound) if options.level == "times" \
-        else None
     for attr in node.attr:
         kind = attr.WhichOneof("value")
         if kind == "string_val":
@@ -349,13 +357,8 @@ def share_node(node, names: Pseudonyms, options: Options, rank: int, removed: Re
         elif attr.name in THREAD_INT_ATTRS and kind in ("int64_val", "uint64_val", "int32_val"):
             setattr(attr, kind, names.number(getattr(attr, kind)))
             removed.attrs.add(attr.name)
-        elif factor is not None and _DURATION_ATTRS.search(attr.name) and kind in (
-                "int64_val", "uint64_val", "int32_val", "uint32_val", "float_val", "double_val"):
-            value = getattr(attr, kind)
-            scaled = value * factor
-            setattr(attr, kind, scaled if kind in ("float_val", "double_val") else round(scaled))
-    if factor is not None and node.duration_micros:
-        node.duration_micros = round(node.duration_micros * factor)
+    if retimed is not None:
+        share_times.apply(node, retimed, *at, _DURATION_ATTRS)
 
 
 def share_metadata(metadata, removed: Removed) -> None:
@@ -397,15 +400,20 @@ def share_run(folder: Path, out: Path, key: bytes, options: Options) -> Shared:
                                "`chakra-hooks convert` writes one")
     names = Pseudonyms(key)
     removed = Removed()
+    retimed = None
+    if options.level == "times":  # the run's new times, before any ET is written
+        ranks, groups, world = read_run(ets)
+        peers = run_peers.analyse(ranks, groups, world)
+        retimed = share_times.retime(ets, ranks, peers, key, options.seed, options.bound)
+        del ranks, peers
     shared: list[Path] = []
     left_out = sorted(p for p in folder.iterdir() if p not in ets and p.name not in RUN_FILES)
     with storage.replaced_whole(out, "sharing") as staging:
-        for path in ets:  # one ET in memory at a time
+        for i, path in enumerate(ets):  # one ET in memory at a time
             et = etio.read_et(path)
-            rank = etio.name_and_rank(path)[1] or 0
             mine = Removed()
-            for node in et.nodes:
-                share_node(node, names, options, rank, mine)
+            for p, node in enumerate(et.nodes):
+                share_node(node, names, options, mine, retimed, (i, p))
             share_metadata(et.metadata, mine)
             et.metadata.attr.extend([
                 make_attr("share_level", options.level),
@@ -479,10 +487,13 @@ def _shared_words(folder: Path) -> tuple[dict[bytes, str], set[str]]:
     fields: set[str] = set()
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         raw = etio.read_bytes(path)[0]
-        for run in _PRINTABLE.findall(raw):
+        runs = _PRINTABLE.findall(raw)
+        if _is_et(path):
+            runs += [text.encode("utf-8", "replace") for text in set(_et_strings(path))]
+        for run in runs:
             for token in (*_WORD.findall(run), *_NUMBER.findall(run)):
                 words.setdefault(token, path.name)
-        if re.search(r"\.et(\.gz)?$", path.name):
+        if _is_et(path):
             et = etio.read_et(path)
             fields.update(a.name for a in et.metadata.attr)
             for a in et.metadata.attr:  # the field names the sharing says it removed
@@ -497,11 +508,57 @@ _JSON_STRING = re.compile(rb'"((?:[^"\\]|\\.)*)"')
 _JSON_ID = re.compile(rb'"(?:pid|tid)"\s*:\s*(-?[0-9]+)')
 
 
+def _is_et(path: Path) -> bool:
+    return re.search(r"\.et(\.gz)?$", path.name) is not None
+
+
+def _et_strings(path: Path) -> Iterable[str]:
+    """Every string a Chakra ET holds, decoded (its printable runs would glue a field's name
+    to the byte after it): node names, string attributes, the inputs' and outputs' texts and
+    the strings inside them, the metadata's strings."""
+    et = etio.read_et(path)
+
+    def inside(text: str) -> Iterable[str]:
+        yield text
+        try:
+            stack = [orjson.loads(text)]
+        except orjson.JSONDecodeError:
+            return
+        while stack:
+            value = stack.pop()
+            if isinstance(value, str):
+                yield value
+            elif isinstance(value, list):
+                stack.extend(value)
+            elif isinstance(value, dict):
+                stack.extend(value.keys())
+                stack.extend(value.values())
+
+    for attr in et.metadata.attr:
+        if attr.WhichOneof("value") == "string_val":
+            yield attr.string_val
+    for node in et.nodes:
+        yield node.name
+        for attr in node.attr:
+            if attr.WhichOneof("value") == "string_val":
+                yield from inside(attr.string_val)
+            elif attr.WhichOneof("value") == "string_list":
+                yield from attr.string_list.values
+        for io in (node.inputs, node.outputs):
+            for text in (io.values, io.types, io.shapes):
+                if text:
+                    yield from inside(text)
+
+
 def _input_strings(path: Path) -> Iterable[tuple[bytes, bool]]:
     """(string, is an id) of one input file, each distinct string once: every string of a
     JSON file (keys too, escapes undone) and its ``pid`` / ``tid`` numbers; the printable runs
     of any other file (protobuf holds its strings as bytes). Read with regular expressions
     over the raw bytes, not decoded: a trace of 100 MB is read in a few seconds."""
+    if _is_et(path):
+        for text in set(_et_strings(path)):
+            yield text.encode("utf-8", "replace"), False
+        return
     raw = etio.read_bytes(path)[0]
     name = path.name.lower().removesuffix(".gz")
     if name.endswith(".json") and raw.lstrip()[:1] in (b"{", b"["):
@@ -520,11 +577,96 @@ def _input_strings(path: Path) -> Iterable[tuple[bytes, bool]]:
         yield run, False
 
 
-def check(shared: Path, inputs: list[Path]) -> tuple[list[Leak], int]:
+def _exact_numbers(value, out: list[int]) -> None:
+    """The whole numbers above 1 that are not powers of two in a decoded JSON value (a
+    tensor's id, storage id and item size left out)."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        if value > 1 and value & (value - 1):
+            out.append(value)
+    elif isinstance(value, list):
+        if _is_tensor(value):
+            value = [value[2], value[3]]
+        for v in value:
+            _exact_numbers(v, out)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _exact_numbers(v, out)
+
+
+@dataclass
+class ExactShape:
+    file: str
+    node: int
+    where: str  # inputs.shapes, outputs.values, ...
+    numbers: list[int]
+
+
+def exact_shapes(shared: Path) -> tuple[str, list[ExactShape]]:
+    """The shared run's level, and, at ``shapes`` and ``times``, every node whose inputs' or
+    outputs' shapes or values hold a whole number the sharing would have rounded."""
+    level, found = "", []
+    for path in sorted(shared.glob("*.et*")):
+        et = etio.read_et(path)
+        level = next((a.string_val for a in et.metadata.attr if a.name == "share_level"), "")
+        if level not in ("shapes", "times"):
+            continue
+        for node in et.nodes:
+            for side, io in (("inputs", node.inputs), ("outputs", node.outputs)):
+                for part in ("shapes", "values"):
+                    text = getattr(io, part)
+                    if not text:
+                        continue
+                    numbers: list[int] = []
+                    try:
+                        _exact_numbers(orjson.loads(text), numbers)
+                    except orjson.JSONDecodeError:
+                        continue
+                    if numbers:
+                        found.append(ExactShape(path.name, node.id, f"{side}.{part}", numbers))
+    return level, found
+
+
+def _conversion_of(shared: Path, inputs: list[Path]) -> list[tuple[Path, Path]] | None:
+    """(original ET, shared ET) of every shared rank, where the inputs hold the conversion the
+    shared run was made of (the folder convert wrote, or its ETs); None where they do not."""
+    shared_ets = sorted(p for p in shared.iterdir() if re.search(r"\.et(\.gz)?$", p.name))
+    originals: dict[str, Path] = {}
+    for path in inputs:
+        for p in ([path] if path.is_file() else sorted(path.iterdir()) if path.is_dir() else []):
+            if re.search(r"\.et(\.gz)?$", p.name):
+                originals[p.name] = p
+    if not shared_ets or any(p.name not in originals for p in shared_ets):
+        return None
+    return [(originals[p.name], p) for p in shared_ets]
+
+
+@dataclass
+class Checked:
+    """What ``check`` found: words and ids of the inputs in the shared files (``leaks``, of
+    ``searched``), exact shapes (at ``shapes`` and ``times``), and, at ``times``, the
+    recorded durations that can be read back (None: no conversion among the inputs to
+    compare with)."""
+
+    level: str
+    leaks: list[Leak]
+    searched: int
+    shapes: list[ExactShape]
+    durations: share_times.Recovered | None
+
+    @property
+    def found(self) -> bool:
+        return bool(self.leaks or self.shapes or self.durations and self.durations.count)
+
+
+def check(shared: Path, inputs: list[Path]) -> Checked:
     """Every word (6+ letters, digits or '_', starting with a letter) and every pid / tid (5+
     digits) of the original inputs, searched for in the text of every shared file; the
-    format's own words and the ETs' field names are allowed. Returns the leaks (one per word)
-    and how many distinct words were searched for."""
+    format's own words and the ETs' field names are allowed. At ``shapes`` and ``times``,
+    every shape and value is also looked at for a number left exact; at ``times``, the
+    conversion among the inputs (if any) is compared with the shared run for durations that
+    can be read back (``share_times.recoverable``)."""
     words, fields = _shared_words(shared)
     allowed = {w.encode() for w in _FORMAT_WORDS | fields}
     leaks: dict[bytes, Leak] = {}
@@ -539,10 +681,16 @@ def check(shared: Path, inputs: list[Path]) -> tuple[list[Leak], int]:
             else:
                 tokens = _WORD.findall(text)
             for token in tokens:
-                if token in allowed:
-                    continue
+                if token in allowed or classify(token.decode("utf-8", "replace")) is not None:
+                    continue  # (a collective's name, in any of its spellings, is the format's)
                 searched.add(token)
                 if token in words and token not in leaks:
                     shown = text[:80].decode("utf-8", "replace")
                     leaks[token] = Leak(token.decode(), f"{path}: {shown!r}", words[token])
-    return list(leaks.values()), len(searched)
+    level, shapes = exact_shapes(shared)
+    durations = None
+    pairs = _conversion_of(shared, inputs) if level == "times" else None
+    if pairs:
+        durations = share_times.recoverable([str(a) for a, _ in pairs],
+                                            [str(b) for _, b in pairs])
+    return Checked(level, list(leaks.values()), len(searched), shapes, durations)

@@ -59,6 +59,86 @@ def _numbers(value):
     return value
 
 
+def _int_lists(text: str) -> list[tuple[int, ...]]:
+    """The innermost lists of whole numbers in an ET's JSON text (a shape, a size or stride
+    argument; a tensor's [id, storage, offset, numel, itemsize, device] holds a string)."""
+    found, stack = [], [json.loads(text)] if text else []
+    while stack:
+        value = stack.pop()
+        if isinstance(value, list):
+            if value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+                found.append(tuple(value))
+            else:
+                stack.extend(value)
+    return found
+
+
+def _exact_shapes_left(original: Path, shared: Path, read) -> tuple[int, int]:
+    """(shapes of the original with a dimension that is not a power of two, how many of them
+    the same node of the shared run still holds among its shapes or values), read with the
+    reference reader."""
+    exact = kept = 0
+    for path in sorted(original.glob("chakra.*.et")):
+        shared_nodes = {n.id: n for n in read(shared / path.name)[1]}
+        for node in read(path)[1]:
+            mine = {shape for io in (node.inputs, node.outputs) for text in (io.shapes, io.values)
+                    for shape in _int_lists(text)
+                    if any(d > 1 and d & (d - 1) for d in shape)}
+            theirs = shared_nodes[node.id]
+            left = {shape for io in (theirs.inputs, theirs.outputs)
+                    for text in (io.shapes, io.values) for shape in _int_lists(text)}
+            exact += len(mine)
+            kept += len(mine & left)
+    return exact, kept
+
+
+def _times(node) -> tuple[int | None, int, int]:
+    """(start, duration, ps per unit) at a node's finest unit, read as the run tools read it."""
+    attrs = {a.name: a for a in node.attr}
+    for unit, scale in (("ns", 1000), ("ps", 1)):
+        if f"start_{unit}" in attrs:
+            dur = attrs.get(f"duration_{unit}")
+            return (attrs[f"start_{unit}"].int64_val * scale,
+                    (dur.int64_val if dur is not None else 0) * scale, scale)
+    if "duration_unknown" in attrs:
+        return node.start_time_micros * 10**6 or None, 0, 10**6
+    return node.start_time_micros * 10**6 or None, node.duration_micros * 10**6, 10**6
+
+
+def _durations_read_back(original: Path, shared: Path, read) -> tuple[int, int]:
+    """(recorded durations above 0, how many the shared run gives back exactly: as the node's
+    own duration, or as the next start on its lane or a dependent's start minus its own),
+    read with the reference reader."""
+    total = back = 0
+    for path in sorted(original.glob("chakra.*.et")):
+        recorded = {n.id: _times(n)[1] for n in read(path)[1]}
+        nodes = read(shared / path.name)[1]
+        times = {n.id: _times(n) for n in nodes}
+        users: dict[int, list[int]] = {}
+        lanes: dict[str, list[int]] = {}
+        for n in nodes:
+            for d in (*n.data_deps, *n.ctrl_deps):
+                users.setdefault(d, []).append(n.id)
+            lane = next((a.string_val for a in n.attr if a.name == "lane"), None)
+            if lane is not None and times[n.id][0] is not None:
+                lanes.setdefault(lane, []).append(n.id)
+        following = {}
+        for members in lanes.values():
+            members.sort(key=lambda i: (times[i][0], i))
+            following.update(zip(members, members[1:]))
+        for nid, dur in recorded.items():
+            if dur <= 0:
+                continue
+            total += 1
+            start = times[nid][0]
+            later = [following[nid]] if nid in following else []
+            later += users.get(nid, [])
+            if times[nid][1] == dur or start is not None and any(
+                    times[m][0] is not None and times[m][0] - start == dur for m in later):
+                back += 1
+    return total, back
+
+
 @pytest.fixture(scope="module")
 def key(tmp_path_factory) -> Path:
     from chakra_hooks.converter.share import load_key
@@ -68,8 +148,34 @@ def key(tmp_path_factory) -> Path:
     return path
 
 
+def _keeps_its_word(out: Path, tmp_path: Path, key: Path, read, originals: dict,
+                    inputs=()) -> None:
+    """At --level shapes, no shape of the conversion ``out`` with a dimension other than a
+    power of two is left anywhere in a node (shapes or values); at --level times --bound
+    0.05, at most 1 % of the recorded durations can be read back (the reference reader's
+    count, which share --check agrees with), and stats and whatif stay within the bound of
+    ``originals`` (their JSON runs)."""
+    from chakra_hooks.converter.share import Options, share_run
+
+    secret = key.read_text().strip().encode()
+    share_run(out, tmp_path / "shapes", secret, Options("shapes"))
+    exact, kept = _exact_shapes_left(out, tmp_path / "shapes", read)
+    assert kept == 0, f"{kept} of {exact} exact shapes left"
+    share_run(out, tmp_path / "times", secret, Options("times", 0.05))
+    total, back = _durations_read_back(out, tmp_path / "times", read)
+    assert back <= 0.01 * total, f"{back} of {total} durations read back"
+    said = _ok(_cli("share", "--check", tmp_path / "times", out, *inputs))
+    assert f"{back:,} of {total:,} recorded durations can be read back" in said, said
+    for command, extra in (("stats", ()), ("whatif", ("--comm", "0.25x"))):
+        now = _run_json(command, tmp_path / "times", *extra)
+        for figure in ("span_us", "critical_path_us", "replayed_us", "predicted_us"):
+            if figure in now:
+                was = originals[command][figure]
+                assert abs(now[figure] - was) <= 0.05 * was, (command, figure, was, now[figure])
+
+
 @pytest.mark.parametrize("name", sorted(RUNS))
-def test_corpus_runs_share_without_a_leak(corpus, tmp_path, key, name):
+def test_corpus_runs_share_without_a_leak(corpus, tmp_path, key, name, reference_reader):
     inputs = [corpus / i for i in RUNS[name]]
     out, shared = tmp_path / "out", tmp_path / "shared"
     _ok(_cli("convert", *inputs, "-o", out))
@@ -77,9 +183,12 @@ def test_corpus_runs_share_without_a_leak(corpus, tmp_path, key, name):
     said = _ok(_cli("share", "--check", shared, *inputs))
     assert "none of" in said
     _ok(_cli("validate", shared))
+    originals = {}
     for command, extra in (("stats", ()), ("whatif", ("--comm", "0.25x"))):
-        assert _numbers(_run_json(command, shared, *extra)) == \
-            _numbers(_run_json(command, out, *extra)), command
+        originals[command] = _run_json(command, out, *extra)
+        assert _numbers(_run_json(command, shared, *extra)) == _numbers(originals[command]), \
+            command
+    _keeps_its_word(out, tmp_path, key, reference_reader, originals, inputs)
     meta = {a.name: a for a in etio.read_et(sorted(shared.glob("*.et"))[0]).metadata.attr}
     assert meta["share_level"].string_val == "names" and "node names" in \
         meta["share_removed"].string_val
@@ -139,8 +248,11 @@ def test_levels_and_keys(corpus, tmp_path, key):
             got = [d for shape in json.loads(shapes[n.id].inputs.shapes)
                    if isinstance(shape, list) for d in shape if isinstance(d, int)]
             assert got == [_power_of_two(d) for d in dims]
-        if n.duration_micros >= 100:
-            assert abs(times[n.id].duration_micros / n.duration_micros - 1) <= 0.05 + 0.01
+        wait = {a.name: a.int64_val for a in n.attr}.get("peer_wait_ns", 0) // 1000
+        if n.duration_micros - wait >= 100:  # a collective's wait follows its peers' arrivals
+            now = times[n.id].duration_micros - {a.name: a.int64_val for a in times[n.id].attr
+                                                 }.get("peer_wait_ns", 0) // 1000
+            assert abs(now / (n.duration_micros - wait) - 1) <= 0.05 + 0.01
     assert any(times[n.id].duration_micros != n.duration_micros for n in before)
     for command, extra in (("stats", ()), ("whatif", ("--comm", "0.25x"))):  # shapes: equal
         assert _numbers(_run_json(command, tmp_path / "shapes", *extra)) == \
@@ -150,7 +262,7 @@ def test_levels_and_keys(corpus, tmp_path, key):
     assert abs(perturbed / recorded - 1) <= 0.05
 
 
-def test_our_recording_shares_without_a_leak(tmp_path, key):
+def test_our_recording_shares_without_a_leak(tmp_path, key, reference_reader):
     """The README's main job: MoE module names, gloo threads and process-group descriptions
     among the strings."""
     recorded = subprocess.run([sys.executable, str(REPO / "examples" / "train_tiny_moe.py"),
@@ -161,8 +273,11 @@ def test_our_recording_shares_without_a_leak(tmp_path, key):
     said = _ok(_cli("share", tmp_path / "out", "-o", tmp_path / "shared", "--key-file", key))
     assert "moe_module" in said
     _ok(_cli("share", "--check", tmp_path / "shared", tmp_path / "run"))
-    assert _numbers(_run_json("stats", tmp_path / "shared")) == \
-        _numbers(_run_json("stats", tmp_path / "out"))
+    originals = {"stats": _run_json("stats", tmp_path / "out"),
+                 "whatif": _run_json("whatif", tmp_path / "out", "--comm", "0.25x")}
+    assert _numbers(_run_json("stats", tmp_path / "shared")) == _numbers(originals["stats"])
+    _keeps_its_word(tmp_path / "out", tmp_path, key, reference_reader, originals,
+                    [tmp_path / "run"])
 
 
 @pytest.mark.parametrize("name", ["dlrm", "resnet", "sampled", "tpu", "b200"])

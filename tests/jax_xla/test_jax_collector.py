@@ -213,5 +213,5 @@ def test_shared_capture_reveals_no_names(captured: tuple[Path, str], tmp_path: P
     outdir, _ = captured
     convert_paths([outdir], tmp_path / "et", workers=1, progress=False)
     share_run(tmp_path / "et", tmp_path / "shared", b"0123456789abcdef" * 4, Options())
-    leaks, searched = check(tmp_path / "shared", [outdir])
-    assert not leaks and searched > 50, leaks[:5]
+    found = check(tmp_path / "shared", [outdir])
+    assert not found.leaks and found.searched > 50, found.leaks[:5]

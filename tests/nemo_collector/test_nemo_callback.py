@@ -184,8 +184,8 @@ def test_shared_capture_reveals_no_names(ddp_capture, tmp_path):
 
     convert_paths([ddp_capture], tmp_path / "out", target="astra-sim", progress=False)
     share_run(tmp_path / "out", tmp_path / "shared", b"0123456789abcdef" * 4, Options())
-    leaks, searched = check(tmp_path / "shared", [ddp_capture])
-    assert not leaks and searched > 50, leaks[:5]
+    found = check(tmp_path / "shared", [ddp_capture])
+    assert not found.leaks and found.searched > 50, found.leaks[:5]
     for rank in (0, 1):
         before = read_et(tmp_path / "out" / f"chakra.{rank}.et").nodes
         after = read_et(tmp_path / "shared" / f"chakra.{rank}.et").nodes

@@ -418,8 +418,8 @@ def test_shared_captures_reveal_no_names(mixtral_capture, kv_capture, tmp_path):
     for source, converted in ((folder, out), (kv_folder, tmp_path / "kv")):
         shared = tmp_path / f"shared_{converted.name}"
         share_run(converted, shared, key, Options())
-        leaks, searched = check(shared, [source])
-        assert not leaks and searched > 50, leaks[:5]
+        found = check(shared, [source])
+        assert not found.leaks and found.searched > 50, found.leaks[:5]
         for before, after in zip(_nodes(converted), _nodes(shared)):
             kept = ("tensor_size", "moe_expert_tokens", "kv_step", "comm_size")
             assert {k: v for k, v in _attrs(before).items() if k in kept} == \
