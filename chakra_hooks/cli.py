@@ -251,9 +251,10 @@ def stats(files: tuple[str, ...], as_json: bool) -> None:
                                                 workers=None, warn=said.append)
     except ValueError as exc:
         _fail(str(exc))
+    peers = run_peers.analyse(run, groups, world)
+    said += peers.warnings
     for message in said:
         _warn(message)
-    peers = run_peers.analyse(run, groups, world)
     ranks = []
     per_rank = peers.by_rank()
     for r in run:
@@ -332,9 +333,9 @@ def whatif(files: tuple[str, ...], comm: tuple[str, ...], compute: str | None,
         said: list[str] = []
         ranks, groups, world = run_model.read_run(list(_et_files(files)), progress=None,
                                                   workers=None, warn=said.append)
-        for message in said:
-            _warn(message)
         peers = run_peers.analyse(ranks, groups, world)
+        for message in said + peers.warnings:
+            _warn(message)
         net = nets.NetworkChange(
             {d: v for d, (_, v) in nets.parse_dimension_values("--bandwidth", bandwidth,
                                                                False).items()},

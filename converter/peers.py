@@ -102,6 +102,7 @@ class Peers:
     offsets_us: dict[int, float] = field(default_factory=dict)
     clock_residual_us: float = 0.0
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # the ETs disagree with each other
 
     def by_rank(self) -> dict[int, RankPeers]:
         """Per rank: its nodes' peer waits and transfers (node id -> us), and how many of its
@@ -174,6 +175,10 @@ def match(ranks: Sequence[Rank], groups: Mapping[str, Sequence[int]], world: int
             peers.columns.append(list(zip(ranks_in, column)))
     for why, where in unmatched.items():  # one line per reason, however many groups
         names = ", ".join(repr(g) for g, _ in where[:4]) + (", ..." if len(where) > 4 else "")
+        if why.startswith("members recorded different numbers"):  # every member recorded
+            peers.warnings.append(f"the ranks disagree on process group(s) {names}: {why} "
+                                  "(a collective's group changed, or ETs of different windows)"
+                                  "; their waits for peers are unknown")
         peers.notes.append(f"{sum(n for _, n in where)} collectives of {len(where)} process "
                            f"group(s) ({names}) keep their recorded time, waits for peers "
                            f"unknown: {why}")

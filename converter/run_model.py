@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 from chakra_hooks.linker.enrich.gaps import GAP_NAME
 
 from .attrs import value_of
-from .schema import COMM_COLL, COMM_RECV, COMM_SEND, MEM_LOAD, MEM_STORE
+from .schema import (COMM_COLL, COMM_RECV, COMM_SEND, COMM_TYPE_NAMES, MEM_LOAD, MEM_STORE,
+                     METADATA)
 
 if TYPE_CHECKING:
     from .schema import Node
@@ -261,6 +262,25 @@ def columns_of(nodes: Iterable[Node], strings: Strings, path: str = "<nodes>",
         if dangling:
             warn(f"{path}: {dangling:,} dependencies name nodes not in the file (e.g. node "
                  f"{example[0]} on {example[1]}): left out")
+        strange = [p for p in range(len(ids)) if not METADATA <= types[p] <= COMM_COLL]
+        if strange:
+            p = strange[0]
+            warn(f"{path}: {len(strange):,} node(s) have a type the Chakra schema does not have "
+                 f"(e.g. node {ids[p]}: {types[p]}): taken as compute")
+        odd = [(nid, a["comm_type"]) for nid, a in comm.items() if "comm_type" in a and not (
+            isinstance(a["comm_type"], int) and 0 <= a["comm_type"] < len(COMM_TYPE_NAMES))]
+        if odd:
+            warn(f"{path}: {len(odd):,} communication node(s) have a comm_type the Chakra schema "
+                 f"does not have (e.g. node {odd[0][0]}: {odd[0][1]})")
+        timed = sorted(x for x in starts if x == x)
+        if timed:
+            middle = timed[len(timed) // 2]
+            far = [p for p in range(len(ids)) if abs(starts[p] - middle) > LONGEST_US]
+            if far:
+                p = far[0]
+                warn(f"{path}: {len(far):,} node(s) start more than a day from the rank's other "
+                     f"nodes (e.g. node {ids[p]}, {(starts[p] - middle) / 8.64e10:+,.1f} days): "
+                     "a clock gone wrong? Their times are taken as they are")
         stuck = c.unreached()
         if stuck:
             warn(f"{path}: {len(stuck):,} of {len(ids):,} nodes are on or behind a dependency "
@@ -380,6 +400,7 @@ class _Read:
     named: int | None
     world: int
     said: list[str]
+    target: str = ""  # the conversion's target (metadata)
 
 
 def _read_one(path, position: int, strings: Strings, keep: bool) -> _Read:
@@ -397,7 +418,7 @@ def _read_one(path, position: int, strings: Strings, keep: bool) -> _Read:
     said: list[str] = []
     return _Read(Rank.of_nodes(rank, str(path), et.nodes, strings, keep, said.append, host=host,
                                clock=clock, made_from=made if isinstance(made, int) else None),
-                 stated, named, world, said)
+                 stated, named, world, said, str(meta.get("target", "")))
 
 
 def _read_some(items: Sequence[tuple[int, str]]) -> tuple[list[str], list[_Read]]:
@@ -448,7 +469,10 @@ def _check_run(read: Sequence[_Read], groups: Mapping[str, Sequence[int]], world
         raise TraceFormatError(other.rank.path, "metadata", f"world_size {first.world} as "
                                f"{first.rank.path} says: the ETs of one run (this one says "
                                f"{other.world})")
-    one_rank = len({one.stated for one in read}) == 1 and len(read) > 1  # one ET, NPUs 0 and 1
+    # One rank of --target astra-sim is written as NPUs 0 and 1 (the same ET twice): the only
+    # run in which two files may state one rank.
+    one_rank = (len(read) == 2 and len({one.stated for one in read}) == 1
+                and all(one.target == "astra-sim" for one in read))
     seen: dict[int, str] = {}
     for one in read:
         r = one.rank

@@ -453,6 +453,8 @@ def draw_files(paths: Sequence[Path], change: Change | None = None, described: s
         ranks, groups, world = run_model.read_run(list(paths), keep_nodes=small, progress=None,
                                                   workers=None, warn=warn)
         peers = run_peers.analyse(ranks, groups, world)
+        for message in peers.warnings if warn is not None else ():
+            warn(message)
         why: dict[int, str] = {}
         drawn = list(range(len(ranks)))
         if len(ranks) > DRAW_ALL_UP_TO and not every_rank:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -79,4 +82,25 @@ def dlrm_converted(corpus: Path, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("dlrm_converted") / "run"
     convert_paths([corpus / "pytorch" / "v100_dlrm_8rank"], out, progress=False,
                   warn=lambda _: None)
+    return out
+
+
+GLOO_JOB = REPO / "tests" / "linker" / "torch_gloo_job.py"
+
+
+def _free_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def gloo_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """ET + Kineto per rank from torch 2.13 on CPU (gloo), 2 processes
+    (tests/linker/torch_gloo_job.py)."""
+    pytest.importorskip("torch")
+    out = tmp_path_factory.mktemp("gloo")
+    run = subprocess.run([sys.executable, str(GLOO_JOB), str(out), _free_port()],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
     return out
