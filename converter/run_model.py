@@ -38,7 +38,7 @@ UNRESOLVED = "comm_unresolved"  # a NCCL kernel with no known peer: communicatio
 EXTRA_ATTRS = ("moe_expert_tokens", "moe_layer", "kv_direction", "tensor_size")
 # The attributes a node's columns are made of (a communication node keeps all of its own).
 _READ = frozenset(("start_ns", "duration_ns", "start_ps", "duration_ps", "duration_unknown",
-                   "is_cpu_op", "lane", UNRESOLVED, *EXTRA_ATTRS))
+                   "is_cpu_op", "lane", UNRESOLVED, "pg_config", *EXTRA_ATTRS))
 
 
 class Strings:
@@ -64,7 +64,7 @@ class Columns:
     ET left out), and ``users`` / ``user_at`` the same for the nodes that depend on it."""
 
     __slots__ = ("ids", "types", "starts", "durs", "kinds", "names", "lanes", "cpu", "dep_at",
-                 "deps", "extras", "strings", "_users")
+                 "deps", "extras", "strings", "pg_config", "_users")
 
     def __init__(self, strings: Strings) -> None:
         self.strings = strings  # the run's table that ``names`` and ``lanes`` index
@@ -79,6 +79,7 @@ class Columns:
         self.dep_at = array("q", [0])
         self.deps = array("q")
         self.extras: dict[int, dict[str, object]] = {}  # position -> MoE / KV attributes
+        self.pg_config: str | None = None  # the process groups the rank recorded (JSON)
         self._users: tuple[array, array] | None = None
 
     def __len__(self) -> int:
@@ -238,6 +239,8 @@ def columns_of(nodes: Iterable[Node], strings: Strings, path: str = "<nodes>",
         cpu.append(is_cpu)
         if kind == COMM:
             comm[nid] = {k: value_of(v) for k, v in attrs.items()}
+        if "pg_config" in attrs:
+            c.pg_config = str(value_of(attrs["pg_config"]))
         if "moe_expert_tokens" in attrs or "kv_direction" in attrs:
             c.extras[p] = {k: value_of(attrs[k]) for k in EXTRA_ATTRS if k in attrs}
         wanted.append((*node.data_deps, *node.ctrl_deps))
@@ -456,10 +459,33 @@ def _read_in_workers(paths: Sequence, strings: Strings, progress: bool | None, w
     return out
 
 
+def recorded_groups(pg_config: str | None, world: int) -> dict[str, list[int]]:
+    """Process group -> ranks as a rank recorded them (torch's pg_config: ``ranks`` [] for a
+    group of the whole run, its size then ``group_size``); groups it does not say left out."""
+    import orjson
+
+    try:
+        configs = orjson.loads(pg_config) if pg_config else []
+    except orjson.JSONDecodeError:
+        return {}
+    out = {}
+    for cfg in configs if isinstance(configs, list) else ():
+        if not isinstance(cfg, dict) or not isinstance(cfg.get("pg_name"), str):
+            continue
+        ranks, size = cfg.get("ranks"), cfg.get("pg_size", cfg.get("group_size"))
+        if isinstance(ranks, list) and ranks and all(type(r) is int for r in ranks):
+            out[cfg["pg_name"]] = sorted(ranks)
+        elif ranks == [] and world and size == world:
+            out[cfg["pg_name"]] = list(range(world))
+    return out
+
+
 def _check_run(read: Sequence[_Read], groups: Mapping[str, Sequence[int]], world: int,
                groups_file, warn: Callable[[str], None] | None) -> None:
     """The ETs are one run's, one per rank, and agree with ``comm_group.json``: refused
     (TraceFormatError) where not; process groups it does not list are said to ``warn``."""
+    from pathlib import Path
+
     from chakra_hooks.common.errors import TraceFormatError
 
     stated = {one.world for one in read if one.world}
@@ -494,6 +520,13 @@ def _check_run(read: Sequence[_Read], groups: Mapping[str, Sequence[int]], world
         if beyond:
             raise TraceFormatError(groups_file, f"group {name!r}", f"ranks below the run's "
                                    f"world_size {world}, not {beyond[0]}")
+    for one in read:  # the groups each rank recorded (torch's pg_config) against the file's
+        for name, recorded in recorded_groups(one.rank.columns.pg_config, world).items():
+            listed = groups.get(name)
+            if listed is not None and sorted(listed) != recorded:
+                raise TraceFormatError(groups_file, f"group {name!r}", f"the ranks "
+                                       f"{recorded[:8]} that {one.rank.path} recorded for it "
+                                       f"(pg_config), not {sorted(listed)[:8]}")
     unlisted: dict[str, int] = {}
     for one in read:
         r = one.rank
@@ -509,7 +542,7 @@ def _check_run(read: Sequence[_Read], groups: Mapping[str, Sequence[int]], world
                 raise TraceFormatError(groups_file, f"group {group!r}", f"rank {r.rank} among "
                                        f"its members {list(members)[:8]}: node {nid} of "
                                        f"{r.path} is a collective of that group")
-    if unlisted and groups and warn is not None:
+    if unlisted and (groups or Path(str(groups_file)).is_file()) and warn is not None:
         names = ", ".join(repr(g) for g in list(unlisted)[:4]) + (", ..." if len(unlisted) > 4
                                                                   else "")
         warn(f"{groups_file}: lists no members for process group(s) {names}, which "

@@ -118,6 +118,21 @@ def collectives_in_order(c: Columns) -> list[int]:
     return sorted(timed, key=lambda p: (starts[p], ids[p]))
 
 
+BARRIER = 9  # CollectiveCommType
+
+
+def carried_in_order(r: Rank) -> list[int]:
+    """The communication nodes whose times ``--comm-from`` carries between two conversions of
+    one program, in start order: all but barriers, which move no data (their time is waiting)
+    and which --target astra-sim replays as compute; they keep this run's time."""
+    ids, comm = r.columns.ids, r.comm
+
+    def barrier(attrs) -> bool:
+        return "comm_type" in attrs and run_peers.attr_value(attrs, "comm_type") == BARRIER
+
+    return [p for p in collectives_in_order(r.columns) if not barrier(comm.get(ids[p], {}))]
+
+
 def durations(r: Rank, change: Change = Change(),
               measured_elsewhere: Sequence[float] | None = None) -> tuple[array, array]:
     """By position, (the measured durations, the changed ones), us. ``measured_elsewhere``:
@@ -135,7 +150,7 @@ def durations(r: Rank, change: Change = Change(),
             elif kind == "comm":
                 changed[p] *= comm_factor(change, r.comm.get(ids[p], {}))
     if measured_elsewhere is not None:
-        ordered = collectives_in_order(c)
+        ordered = carried_in_order(r)
         if len(ordered) != len(measured_elsewhere):
             raise ValueError(f"{r.path}: {len(ordered)} collectives, but the other run has "
                              f"{len(measured_elsewhere)} for this rank: not the same program")
@@ -286,7 +301,7 @@ def replay_run(ranks: Sequence[Rank], change: Change = Change(),
         if comm_from is not None and elsewhere is None:
             raise ValueError(f"{r.path}: the other run has no ET of rank {r.rank}")
         if elsewhere is not None:
-            ordered = collectives_in_order(r.columns)
+            ordered = carried_in_order(r)
             if len(ordered) != len(elsewhere):
                 raise ValueError(f"{r.path}: {len(ordered)} collectives, but the other run has "
                                  f"{len(elsewhere)} for this rank: not the same program")
@@ -513,8 +528,10 @@ def comm_from_problems(ranks: Sequence[run_peers.Rank], groups: Mapping[str, Seq
         raise ValueError(f"--comm-from {source}: a run of {their_world} rank(s), this one has "
                          f"{world}: its transfers were measured on another cluster (for a "
                          "network change, --bandwidth, --latency or --network)")
-    mine = {k: sorted(v) for k, v in groups.items()}
-    other = {k: sorted(v) for k, v in their_groups.items()}
+    everyone = list(range(world))  # a group of every rank is the run's, written or not (a
+    # --target astra-sim conversion leaves them out: ASTRA-sim reserves them)
+    mine = {k: sorted(v) for k, v in groups.items() if sorted(v) != everyone}
+    other = {k: sorted(v) for k, v in their_groups.items() if sorted(v) != everyone}
     if mine != other:
         differ = sorted(set(mine) ^ set(other)) or sorted(k for k in mine if mine[k] != other[k])
         raise ValueError(f"--comm-from {source}: its process groups (comm_group.json) differ "
@@ -544,7 +561,7 @@ def run_comm_times(ranks: Sequence[Rank], peers: run_peers.Peers | None = None
     for r in ranks:
         ids, durs = r.columns.ids, r.columns.durs
         out[r.rank] = [peers.transfer_us.get((r.rank, ids[p]), durs[p])
-                       for p in collectives_in_order(r.columns)]
+                       for p in carried_in_order(r)]
     return out
 
 
@@ -692,8 +709,8 @@ def _made_of(ranks: Sequence[Rank], schedule: Schedule, dur: array) -> list[dict
 
 def collective_durations(nodes: Sequence[Node]) -> list[float]:
     """Measured durations (us) of one ET's collectives in start order (for ``comm_from``)."""
-    c = as_rank("", nodes).columns
-    return [c.durs[p] for p in collectives_in_order(c)]
+    r = as_rank("", nodes)
+    return [r.columns.durs[p] for p in carried_in_order(r)]
 
 
 def parse_factor(text: str) -> float:

@@ -60,23 +60,27 @@ def _stats(run: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def two_gloo_ranks(tmp_path_factory) -> Path:
+def two_gloo_ranks(gloo_traces, tmp_path_factory) -> Path:
     """A real 2-rank gloo job (tests/linker/torch_gloo_job.py), converted."""
-    import socket
-
     from chakra_hooks.convert import convert_paths
 
     root = tmp_path_factory.mktemp("gloo2")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = str(s.getsockname()[1])
-    job = Path(__file__).parents[1] / "linker" / "torch_gloo_job.py"
-    (root / "run").mkdir()
-    done = subprocess.run([sys.executable, str(job), str(root / "run"), port],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    convert_paths([root / "run"], root / "et", progress=False, warn=lambda _: None)
+    convert_paths([gloo_traces], root / "et", progress=False, warn=lambda _: None)
     return root / "et"
+
+
+def test_comm_from_takes_an_astra_sim_conversion_of_the_same_traces(gloo_traces, two_gloo_ranks,
+                                                                      tmp_path):
+    """--target astra-sim leaves groups of every rank out of comm_group.json and replays
+    barriers as compute: still the same program, either way round (+0.0 %)."""
+    from chakra_hooks.convert import convert_paths
+
+    convert_paths([gloo_traces], tmp_path / "astra", target="astra-sim", progress=False,
+                  warn=lambda _: None)
+    for here, there in ((two_gloo_ranks, tmp_path / "astra"), (tmp_path / "astra",
+                                                               two_gloo_ranks)):
+        run = _whatif(here, "--comm-from", str(there))
+        assert run["predicted_us"] == pytest.approx(run["replayed_us"], rel=1e-4), run
 
 
 @pytest.mark.slow

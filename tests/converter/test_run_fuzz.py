@@ -222,3 +222,15 @@ def test_a_damaged_run_is_refused_named_or_answered_the_same(runs, tmp_path_fact
         elif not new_warnings:
             assert said == clean[args][1], f"{what}: {args[0]} answered silently otherwise"
             assert validated == 0, f"{what}: validate reports it, {args[0]} says nothing"
+
+
+def test_comm_group_json_against_the_groups_the_ranks_recorded(runs, tmp_path):
+    """Our recording's ETs hold the process groups torch recorded (pg_config): a
+    comm_group.json listing other members for one of them is refused by every run tool."""
+    run = tmp_path / "run"
+    shutil.copytree(runs["gloo"], run)
+    (run / "comm_group.json").write_bytes(orjson.dumps({"0": [0], "1": [0, 1]}))
+    for args in COMMANDS[1:]:
+        code, said, _ = _answer(args, run)
+        assert code == 1 and "comm_group.json" in said and "group '0'" in said, said
+        assert "recorded for it (pg_config), not [0]" in said, said
