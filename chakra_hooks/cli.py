@@ -186,15 +186,17 @@ def _table(result) -> str:
         groups = Path(groups).resolve()
     prefix = result.ranks[0].files[0].split(".")[0] if result.ranks else "chakra"
     network = Path(str(out), "astra_network.yml")
-    astra = (f"--workload-configuration {out}/{prefix} --network-configuration {network} "
-             f"--system-configuration {network.with_name('astra_system.json')} "
-             f"--remote-memory-configuration {network.with_name('astra_memory.json')}"
+    astra = (f"AstraSim_Analytical_Congestion_Unaware --workload-configuration={out}/{prefix} "
+             f"--network-configuration={network} "
+             f"--system-configuration={network.with_name('astra_system.json')} "
+             f"--remote-memory-configuration={network.with_name('astra_memory.json')}"
              if network.exists() else
-             f"convert ... --target astra-sim, then --workload-configuration {out}/{prefix}")
+             f"convert ... --target astra-sim, then AstraSim_Analytical_Congestion_Unaware "
+             f"--workload-configuration={out}/{prefix} ...")
     lines.append(f"next: chakra-hooks inspect {out} | chakra-hooks stats {out} | chakra-hooks "
                  f"whatif {out} --comm 0.25x | chakra-hooks timeline {out} -o run.json.gz | "
                  f"for ASTRA-sim: {astra}"
-                 + (f" --comm-group-configuration {groups}" if groups else ""))
+                 + (f" --comm-group-configuration={groups}" if groups else ""))
     return "\n".join(lines)
 
 

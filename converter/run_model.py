@@ -176,11 +176,13 @@ def node_times(node: Node, attrs: Mapping[str, object]) -> tuple[float | None, f
             start = value_of(attrs[f"start_{unit}"]) * scale
             key = f"duration_{unit}"
             return start, value_of(attrs[key]) * scale if key in attrs else 0.0
-    if not node.start_time_micros:  # never set: a node outside time (metadata, untimed)
-        return None, 0.0 if "duration_unknown" in attrs else float(node.duration_micros)
+    start = float(node.start_time_micros) if node.start_time_micros else None  # (0: untimed)
     if "duration_unknown" in attrs:
-        return float(node.start_time_micros), 0.0
-    return float(node.start_time_micros), float(node.duration_micros)
+        return start, 0.0
+    for unit, scale in (("ns", 1e-3), ("ps", 1e-6)):  # an exact duration without its start
+        if f"duration_{unit}" in attrs:
+            return start, value_of(attrs[f"duration_{unit}"]) * scale
+    return start, float(node.duration_micros)
 
 
 LONGEST_US = 86_400e6  # a node longer than a day is said: a clock or unit gone wrong

@@ -745,10 +745,11 @@ def render(done: Scaled, folder: Path, out: Path) -> str:
     network = here / fitting.NETWORK_FILE
     astra = ""
     if network.exists():
-        astra = (f" | ASTRA-sim: --workload-configuration {here}/{prefix} --network-configuration "
-                 f"{network} --system-configuration {here / fitting.SYSTEM_FILE} "
-                 f"--remote-memory-configuration {here / fitting.MEMORY_FILE}"
-                 + (f" --comm-group-configuration {here / run_model.GROUPS_FILE}"
+        astra = (f" | ASTRA-sim: AstraSim_Analytical_Congestion_Unaware --workload-configuration="
+                 f"{here}/{prefix} --network-configuration={network} --system-configuration="
+                 f"{here / fitting.SYSTEM_FILE} --remote-memory-configuration="
+                 f"{here / fitting.MEMORY_FILE}"
+                 + (f" --comm-group-configuration={here / run_model.GROUPS_FILE}"
                     if (here / run_model.GROUPS_FILE).exists() else ""))
     lines.append(f"next: chakra-hooks stats {here} | chakra-hooks whatif {here} --bandwidth 2x"
                  + astra)

@@ -65,11 +65,15 @@ def node_time_fields(node, attrs: dict) -> tuple[str, int | None, int]:
             start = _int_value(attrs[f"start_{unit}"])
             key = f"duration_{unit}"
             return unit, start, _int_value(attrs[key]) if key in attrs else 0
-    if not node.start_time_micros:
-        return "us", None, 0 if "duration_unknown" in attrs else node.duration_micros
+    start = node.start_time_micros or None
     if "duration_unknown" in attrs:
-        return "us", node.start_time_micros, 0
-    return "us", node.start_time_micros, node.duration_micros
+        return "us", start, 0
+    for unit in ("ns", "ps"):  # an exact duration without its start
+        if f"duration_{unit}" in attrs:
+            if start is not None:
+                start *= PS_PER["us"] // PS_PER[unit]
+            return unit, start, _int_value(attrs[f"duration_{unit}"])
+    return "us", start, node.duration_micros
 
 
 def _int_value(attr) -> int:

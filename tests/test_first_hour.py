@@ -207,3 +207,24 @@ def test_the_linked_column_of_an_xla_profile_says_what_it_counts(corpus, tmp_pat
     rows = [line for line in done.stdout.splitlines() if line.strip().endswith(".et")]
     assert rows and all(line.split()[-2].endswith("%") for line in rows)
     assert "an XLA profile: of its device ops found in the HLO modules" in done.stdout
+
+
+def test_the_next_hint_runs_astra_sim_from_any_folder(two_ranks, tmp_path):
+    """convert's `next:` line names ASTRA-sim's binary and absolute paths: pasted from another
+    folder (with the binary on PATH), it runs the conversion."""
+    done = _cli("convert", two_ranks, "-o", tmp_path / "out", "--target", "astra-sim")
+    assert done.returncode == 0, done.stderr
+    hint = next(line for line in done.stdout.splitlines() if line.startswith("next:"))
+    command = hint.split("for ASTRA-sim: ", 1)[1].split()
+    assert command[0] == "AstraSim_Analytical_Congestion_Unaware"
+    for part in command[1:]:
+        assert Path(part.split("=", 1)[1]).is_absolute(), part
+        assert Path(part.split("=", 1)[1]).exists() or part.startswith("--workload"), part
+    binary = os.environ.get("ASTRA_BIN")
+    if not binary:
+        pytest.skip("set ASTRA_BIN to run the hint (../shared/tools/astra-build)")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    ran = subprocess.run([binary, *command[1:]], cwd=elsewhere, capture_output=True, text=True,
+                         timeout=600)
+    assert ran.returncode == 0 and "sys[1] finished" in ran.stdout, ran.stdout[-2000:]
