@@ -170,7 +170,8 @@ class RunNetwork:
                 continue
             lines.append(f"dimension {dim} ({DIMENSION_NAMES[dim]}): "
                          f"{link.bandwidth_gbps:.6g} GB/s, latency {link.latency_ns:,.0f} ns, "
-                         f"fitted to {self.fitted_to[dim]:,} transfer(s)")
+                         f"fitted to {self.fitted_to[dim]:,} transfer(s) (each one member's "
+                         f"in one collective)")
         if self.shapes:
             lines.append(f"{len(self.shapes):,} transfer(s) between hosts modelled over both "
                          "dimensions as ASTRA-sim runs them")

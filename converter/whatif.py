@@ -770,8 +770,9 @@ def render_run(run: RunWhatIf, change: str) -> str:
     delta = run.predicted_us / run.replayed_us - 1 if run.replayed_us else 0.0
     lines.append(f"run of {len(run.ranks)} rank(s): {_measured(run.span_us, run.replayed_us)}, "
                  f"predicted {run.predicted_us / 1e3:,.3f} ms ({delta:+.1%} against the replay)")
-    lines.append(f"  {run.matched:,} collective(s) matched across ranks: their transfers start "
-                 f"when the last member arrives"
+    lines.append(f"  {run.matched:,} collective(s) and send / receive pair(s) matched across "
+                 f"ranks (each counted once for all its members; convert and stats count each "
+                 f"rank's nodes): their transfers start when the last member arrives"
                  + (f"; {run.unknown:,} communication node(s) whose peers were not all recorded "
                     f"keep their recorded time, waits included" if run.unknown else ""))
     lines += [f"  note: {note}" for note in run.notes]
