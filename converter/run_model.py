@@ -177,11 +177,12 @@ def node_times(node: Node, attrs: Mapping[str, object]) -> tuple[float | None, f
             key = f"duration_{unit}"
             return start, value_of(attrs[key]) * scale if key in attrs else 0.0
     start = float(node.start_time_micros) if node.start_time_micros else None  # (0: untimed)
-    if "duration_unknown" in attrs:
-        return start, 0.0
     for unit, scale in (("ns", 1e-3), ("ps", 1e-6)):  # an exact duration without its start
         if f"duration_{unit}" in attrs:
-            return start, value_of(attrs[f"duration_{unit}"]) * scale
+            dur = value_of(attrs[f"duration_{unit}"]) * scale
+            return start, 0.0 if "duration_unknown" in attrs and dur >= 0 else dur
+    if "duration_unknown" in attrs:
+        return start, 0.0
     return start, float(node.duration_micros)
 
 
