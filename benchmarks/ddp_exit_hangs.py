@@ -1,11 +1,13 @@
 """How often a traced 2-rank gloo DDP job never exits, against the same job untraced.
 
-    python benchmarks/ddp_exit_hangs.py [--runs 100] [--timeout 90]
+    python benchmarks/ddp_exit_hangs.py [--runs 100] [--timeout 90] [--one-core]
 
 Runs tests/collectors/ddp_exit_job.py ``--runs`` times untraced and as many traced,
 alternated; a run still alive after ``--timeout`` seconds is a hang (its processes' native
 stacks are saved with gdb where it is installed, then it is killed). Prints the hangs of each
-and the one-sided Fisher exact p of "traced hangs more often".
+and the one-sided Fisher exact p of "traced hangs more often". ``--one-core``: both ranks on
+one core (taskset), which widens the race (a gloo worker descheduled between finishing a work
+and dropping it).
 """
 
 from __future__ import annotations
@@ -41,13 +43,15 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--timeout", type=float, default=90.0)
     ap.add_argument("--keep", type=Path, help="a folder for the hung runs' stacks")
+    ap.add_argument("--one-core", action="store_true")
     args = ap.parse_args()
     hangs = {"plain": 0, "traced": 0}
     failed = {"plain": 0, "traced": 0}
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.runs):
             for mode in ("plain", "traced"):
-                run = subprocess.Popen([sys.executable, str(JOB), f"{tmp}/{mode}{i}", mode],
+                pin = ["taskset", "-c", "0"] if args.one_core else []
+                run = subprocess.Popen([*pin, sys.executable, str(JOB), f"{tmp}/{mode}{i}", mode],
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                        start_new_session=True)
                 try:
