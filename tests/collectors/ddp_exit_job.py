@@ -5,7 +5,7 @@ benchmarks/ddp_exit_hangs.py.
 
 Each rank: ``DistributedDataParallel`` (``bucket_cap_mb=1``) over 8 x (``Linear(512)`` + Tanh)
 and an extra 4 MB parameter, 6 steps (the torch collector around steps 2-4 when traced), then
-``destroy_process_group()`` and the model freed.
+``destroy_process_group()`` and the model freed (as the frame holding it is cleared).
 """
 
 from __future__ import annotations
@@ -39,27 +39,29 @@ def _rank(rank: int, outdir: str, port: int, traced: bool) -> None:
         def forward(self, x):
             return self.body(x).sum() + self.extra.sum()
 
-    model = DistributedDataParallel(Model(), bucket_cap_mb=1)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    batch = torch.randn(64, 512)
+    def run() -> None:  # the model is freed as this frame is cleared, as a program's would be
+        model = DistributedDataParallel(Model(), bucket_cap_mb=1)
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        batch = torch.randn(64, 512)
 
-    def step() -> None:
-        opt.zero_grad()
-        model(batch).backward()
-        opt.step()
+        def step() -> None:
+            opt.zero_grad()
+            model(batch).backward()
+            opt.step()
 
-    if traced:
-        import chakra_hooks.collectors.torch as chakra
+        if traced:
+            import chakra_hooks.collectors.torch as chakra
 
-        with chakra.trace(outdir, steps=range(2, 5)) as t:
+            with chakra.trace(outdir, steps=range(2, 5), model=model) as t:
+                for _ in range(6):
+                    step()
+                    t.step()
+        else:
             for _ in range(6):
                 step()
-                t.step()
-    else:
-        for _ in range(6):
-            step()
-    dist.destroy_process_group()
-    del model, opt
+        dist.destroy_process_group()
+
+    run()
     print(f"rank {rank} done", flush=True)
 
 
