@@ -185,18 +185,16 @@ def _table(result) -> str:
     if groups is not None and not is_url(groups):
         groups = Path(groups).resolve()
     prefix = result.ranks[0].files[0].split(".")[0] if result.ranks else "chakra"
-    network = Path(str(out), "astra_network.yml")
-    astra = (f"AstraSim_Analytical_Congestion_Unaware --workload-configuration={out}/{prefix} "
-             f"--network-configuration={network} "
-             f"--system-configuration={network.with_name('astra_system.json')} "
-             f"--remote-memory-configuration={network.with_name('astra_memory.json')}"
-             if network.exists() else
-             f"convert ... --target astra-sim, then AstraSim_Analytical_Congestion_Unaware "
-             f"--workload-configuration={out}/{prefix} ...")
+    from chakra_hooks.converter.targets.astra_sim import network as astra_files
+
+    astra = (astra_files.command(out, prefix, groups)
+             if Path(str(out), astra_files.NETWORK_FILE).exists() else
+             f"convert ... --target astra-sim, then {astra_files.BINARY} "
+             f"--workload-configuration={out}/{prefix} ..."
+             + (f" --comm-group-configuration={groups}" if groups else ""))
     lines.append(f"next: chakra-hooks inspect {out} | chakra-hooks stats {out} | chakra-hooks "
                  f"whatif {out} --comm 0.25x | chakra-hooks timeline {out} -o run.json.gz | "
-                 f"for ASTRA-sim: {astra}"
-                 + (f" --comm-group-configuration={groups}" if groups else ""))
+                 f"for ASTRA-sim: {astra}")
     return "\n".join(lines)
 
 

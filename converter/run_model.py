@@ -169,21 +169,35 @@ def longest_path(c: Columns, dur: array) -> tuple[array, array, int]:
     return finish, via, last
 
 
+PS_PER_UNIT = {"ps": 1, "ns": 1_000, "us": 1_000_000}
+_US_PER_PS = {1: 1e-6, 1_000: 1e-3, 1_000_000: 1.0}  # (exact factors: 1000 * 1e-6 is not 1e-3)
+
+
+def node_time_fields(node: Node, attrs: Mapping[str, object]) -> tuple[int, object, object]:
+    """(ps per unit, start or None, duration) of a node, as recorded: in its finest unit
+    (``start_ns`` / ``duration_ns``, ``_ps``, else whole microseconds). An exact duration
+    counts without its start too; a duration said to be unknown is 0 (a negative exact one is
+    kept, for the reader to refuse)."""
+    for unit in ("ns", "ps"):
+        if f"start_{unit}" in attrs:
+            key = f"duration_{unit}"
+            return (PS_PER_UNIT[unit], value_of(attrs[f"start_{unit}"]),
+                    value_of(attrs[key]) if key in attrs else 0)
+    start = node.start_time_micros or None  # (0: never set, a node outside time)
+    for unit in ("ns", "ps"):  # an exact duration without its start
+        if f"duration_{unit}" in attrs:
+            dur = value_of(attrs[f"duration_{unit}"])
+            per = PS_PER_UNIT[unit]
+            return (per, None if start is None else start * (PS_PER_UNIT["us"] // per),
+                    0 if "duration_unknown" in attrs and dur >= 0 else dur)
+    return PS_PER_UNIT["us"], start, 0 if "duration_unknown" in attrs else node.duration_micros
+
+
 def node_times(node: Node, attrs: Mapping[str, object]) -> tuple[float | None, float]:
     """(start us or None, duration us) at the finest precision the node carries."""
-    for unit, scale in (("ns", 1e-3), ("ps", 1e-6)):
-        if f"start_{unit}" in attrs:
-            start = value_of(attrs[f"start_{unit}"]) * scale
-            key = f"duration_{unit}"
-            return start, value_of(attrs[key]) * scale if key in attrs else 0.0
-    start = float(node.start_time_micros) if node.start_time_micros else None  # (0: untimed)
-    for unit, scale in (("ns", 1e-3), ("ps", 1e-6)):  # an exact duration without its start
-        if f"duration_{unit}" in attrs:
-            dur = value_of(attrs[f"duration_{unit}"]) * scale
-            return start, 0.0 if "duration_unknown" in attrs and dur >= 0 else dur
-    if "duration_unknown" in attrs:
-        return start, 0.0
-    return start, float(node.duration_micros)
+    per, start, dur = node_time_fields(node, attrs)
+    scale = _US_PER_PS[per]
+    return (None if start is None else start * scale), dur * scale
 
 
 LONGEST_US = 86_400e6  # a node longer than a day is said: a clock or unit gone wrong

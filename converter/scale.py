@@ -742,15 +742,9 @@ def render(done: Scaled, folder: Path, out: Path) -> str:
     here = out.resolve()
     lines.append(f"wrote {len(done.files)} file(s) to {out}")
     prefix = etio.name_and_rank(done.files[0])[0] if done.files else "chakra"
-    network = here / fitting.NETWORK_FILE
-    astra = ""
-    if network.exists():
-        astra = (f" | ASTRA-sim: AstraSim_Analytical_Congestion_Unaware --workload-configuration="
-                 f"{here}/{prefix} --network-configuration={network} --system-configuration="
-                 f"{here / fitting.SYSTEM_FILE} --remote-memory-configuration="
-                 f"{here / fitting.MEMORY_FILE}"
-                 + (f" --comm-group-configuration={here / run_model.GROUPS_FILE}"
-                    if (here / run_model.GROUPS_FILE).exists() else ""))
+    groups = here / run_model.GROUPS_FILE
+    astra = (" | ASTRA-sim: " + fitting.command(here, prefix, groups if groups.exists() else None)
+             if (here / fitting.NETWORK_FILE).exists() else "")
     lines.append(f"next: chakra-hooks stats {here} | chakra-hooks whatif {here} --bandwidth 2x"
                  + astra)
     return "\n".join(lines)

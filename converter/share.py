@@ -394,7 +394,7 @@ def share_run(folder: Path, out: Path, key: bytes, options: Options) -> Shared:
     if options.level == "times" and not 0 < options.bound < 1:
         raise ValueError("--level times needs --bound between 0 and 1 (e.g. 0.05: durations "
                          "within 5 % of the recorded ones)")
-    ets = sorted(p for p in folder.iterdir() if p.is_file() and re.search(r"\.et(\.gz)?$", p.name))
+    ets = sorted(p for p in folder.iterdir() if p.is_file() and _is_et(p))
     if not ets:
         raise TraceFormatError(folder, "folder", "a conversion's output (chakra.<rank>.et files): "
                                "`chakra-hooks convert` writes one")
@@ -631,11 +631,11 @@ def exact_shapes(shared: Path) -> tuple[str, list[ExactShape]]:
 def _conversion_of(shared: Path, inputs: list[Path]) -> list[tuple[Path, Path]] | None:
     """(original ET, shared ET) of every shared rank, where the inputs hold the conversion the
     shared run was made of (the folder convert wrote, or its ETs); None where they do not."""
-    shared_ets = sorted(p for p in shared.iterdir() if re.search(r"\.et(\.gz)?$", p.name))
+    shared_ets = sorted(p for p in shared.iterdir() if _is_et(p))
     originals: dict[str, Path] = {}
     for path in inputs:
         for p in ([path] if path.is_file() else sorted(path.iterdir()) if path.is_dir() else []):
-            if re.search(r"\.et(\.gz)?$", p.name):
+            if _is_et(p):
                 originals[p.name] = p
     if not shared_ets or any(p.name not in originals for p in shared_ets):
         return None

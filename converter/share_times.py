@@ -34,9 +34,8 @@ from dataclasses import dataclass, field
 
 from . import etio
 from .peers import Peers
-from .run_model import Rank
+from .run_model import PS_PER_UNIT, Rank, node_time_fields
 
-PS_PER = {"ps": 1, "ns": 1_000, "us": 1_000_000}
 NONE = -(1 << 63)  # an untimed node's start
 
 
@@ -47,53 +46,22 @@ def noise(key: bytes, seed: int, rank: int, node_id: int, bound: float) -> float
     return 1.0 + bound * (2.0 * u - 1.0)
 
 
-@dataclass
-class Exact:
-    """One rank's recorded times, exact: per position, the unit of the node's finest time (ps
-    per unit), its start (ps from the run's base; ``NONE``: untimed) and its duration (ps)."""
-
-    unit: array = field(default_factory=lambda: array("q"))
-    start: array = field(default_factory=lambda: array("q"))
-    dur: array = field(default_factory=lambda: array("q"))
-
-
-def node_time_fields(node, attrs: dict) -> tuple[str, int | None, int]:
-    """(unit, start or None, duration) in the node's finest unit, read as run_model.node_times
-    reads them."""
-    for unit in ("ns", "ps"):
-        if f"start_{unit}" in attrs:
-            start = _int_value(attrs[f"start_{unit}"])
-            key = f"duration_{unit}"
-            return unit, start, _int_value(attrs[key]) if key in attrs else 0
-    start = node.start_time_micros or None
-    if "duration_unknown" in attrs:
-        return "us", start, 0
-    for unit in ("ns", "ps"):  # an exact duration without its start
-        if f"duration_{unit}" in attrs:
-            if start is not None:
-                start *= PS_PER["us"] // PS_PER[unit]
-            return unit, start, _int_value(attrs[f"duration_{unit}"])
-    return "us", start, node.duration_micros
-
-
-def _int_value(attr) -> int:
-    return int(getattr(attr, attr.WhichOneof("value")))
-
-
 _TIME_ATTRS = frozenset(("start_ns", "duration_ns", "start_ps", "duration_ps",
                          "duration_unknown"))
 
 
-def exact_times(path: str) -> tuple[list[tuple[str, int | None, int]], int | None]:
-    """Each node's (unit, start, duration) of one ET, and its earliest start in ps."""
+def exact_times(path: str) -> tuple[list[tuple[int, int | None, int]], int | None]:
+    """Each node's (ps per unit, start, duration) of one ET, as the run tools read them
+    (run_model.node_time_fields), and its earliest start in ps."""
     out = []
     first = None
     for node in etio.read_et(path).nodes:
         attrs = {a.name: a for a in node.attr if a.name in _TIME_ATTRS}
-        unit, start, dur = node_time_fields(node, attrs)
-        out.append((unit, start, dur))
+        per, start, dur = node_time_fields(node, attrs)
+        start = None if start is None else int(start)
+        out.append((per, start, int(dur)))
         if start is not None:
-            ps = start * PS_PER[unit]
+            ps = start * per
             first = ps if first is None or ps < first else first
     return out, first
 
@@ -130,13 +98,12 @@ def retime(paths: Sequence[str], ranks: Sequence[Rank], peers: Peers, key: bytes
     """The run's new times (module docstring)."""
     read = [exact_times(str(p)) for p in paths]
     firsts = [f for _, f in read if f is not None]
-    base = (min(firsts) // PS_PER["us"]) * PS_PER["us"] if firsts else 0
+    base = (min(firsts) // PS_PER_UNIT["us"]) * PS_PER_UNIT["us"] if firsts else 0
     n_ranks = len(ranks)
     units, starts, durs = [], [], []
     for times, _ in read:
         unit, start, dur = array("q"), array("q"), array("q")
-        for u, s, d in times:
-            scale = PS_PER[u]
+        for scale, s, d in times:
             unit.append(scale)
             start.append(NONE if s is None else s * scale - base)
             dur.append(d * scale)
@@ -260,13 +227,13 @@ def apply(node, retimed: Retimed, i: int, p: int, scaled_attrs) -> None:
     factor = dur / was_dur if was_dur else retimed.factor[i][p]
     base = retimed.base
     names = {a.name for a in node.attr}
-    if unit == PS_PER["us"]:
+    if unit == PS_PER_UNIT["us"]:
         if start != NONE:
             node.start_time_micros = (base + start) // unit
         if "duration_unknown" not in names:
             node.duration_micros = dur // unit
     else:
-        suffix = "ns" if unit == PS_PER["ns"] else "ps"
+        suffix = "ns" if unit == PS_PER_UNIT["ns"] else "ps"
         if start != NONE:
             _set_int(node, f"start_{suffix}", (base + start) // unit)
         _set_int(node, f"duration_{suffix}", dur // unit)
@@ -324,7 +291,7 @@ def recoverable(originals: Sequence[str], shared: Sequence[str]) -> Recovered:
         c = r.columns
         if len(recorded) != len(now):
             raise ValueError(f"{after}: {len(now)} nodes, but {before} has {len(recorded)}")
-        starts = [None if s is None else s * PS_PER[u] for u, s, _ in now]
+        starts = [None if s is None else s * per for per, s, _ in now]
         user_at, users = c.users()
         following: dict[int, int] = {}  # position -> the next start on its lane
         by_lane: dict[int, list[int]] = {}
@@ -335,14 +302,13 @@ def recoverable(originals: Sequence[str], shared: Sequence[str]) -> Recovered:
             members.sort(key=lambda p: (starts[p], c.ids[p]))
             for a, b in zip(members, members[1:]):
                 following[a] = b
-        for p, (unit, _, dur) in enumerate(recorded):
+        for p, (per, _, dur) in enumerate(recorded):
             if dur <= 0:
                 continue
             out.of += 1
-            scale = PS_PER[unit]
-            wanted = dur * scale
+            wanted = dur * per
             how = None
-            if now[p][2] * PS_PER[now[p][0]] == wanted:
+            if now[p][2] * now[p][0] == wanted:
                 how = "its own duration"
             elif starts[p] is not None:
                 later = [following[p]] if p in following else []

@@ -118,9 +118,6 @@ def collectives_in_order(c: Columns) -> list[int]:
     return sorted(timed, key=lambda p: (starts[p], ids[p]))
 
 
-BARRIER = 9  # CollectiveCommType
-
-
 def carried_in_order(r: Rank) -> list[int]:
     """The communication nodes whose times ``--comm-from`` carries between two conversions of
     one program, in start order: all but barriers, which move no data (their time is waiting)
@@ -128,7 +125,8 @@ def carried_in_order(r: Rank) -> list[int]:
     ids, comm = r.columns.ids, r.comm
 
     def barrier(attrs) -> bool:
-        return "comm_type" in attrs and run_peers.attr_value(attrs, "comm_type") == BARRIER
+        return ("comm_type" in attrs
+                and run_peers.attr_value(attrs, "comm_type") == COMM_TYPES["barrier"])
 
     return [p for p in collectives_in_order(r.columns) if not barrier(comm.get(ids[p], {}))]
 

@@ -1,5 +1,5 @@
 """A 2-rank gloo DDP job that must exit (not collected: no test_ prefix). Used by
-benchmarks/ddp_exit_hangs.py.
+benchmarks/ddp_exit_hangs.py; its steps and its spawning are gloo_exit_job.py's.
 
     python ddp_exit_job.py OUTDIR traced|plain
 
@@ -11,8 +11,9 @@ and an extra 4 MB parameter, 6 steps (the torch collector around steps 2-4 when 
 from __future__ import annotations
 
 import os
-import socket
 import sys
+
+from gloo_exit_job import six_steps, spawn_two  # (beside this file, on sys.path as a script)
 
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
@@ -49,16 +50,7 @@ def _rank(rank: int, outdir: str, port: int, traced: bool) -> None:
             model(batch).backward()
             opt.step()
 
-        if traced:
-            import chakra_hooks.collectors.torch as chakra
-
-            with chakra.trace(outdir, steps=range(2, 5), model=model) as t:
-                for _ in range(6):
-                    step()
-                    t.step()
-        else:
-            for _ in range(6):
-                step()
+        six_steps(step, outdir, traced, model=model)
         dist.destroy_process_group()
 
     run()
@@ -66,13 +58,7 @@ def _rank(rank: int, outdir: str, port: int, traced: bool) -> None:
 
 
 def main() -> None:
-    import torch.multiprocessing as mp
-
-    outdir, mode = sys.argv[1], sys.argv[2]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_rank, args=(outdir, port, mode == "traced"), nprocs=2)
+    spawn_two(_rank, sys.argv[1], sys.argv[2] == "traced")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,32 @@ def _threads() -> list[str]:
     return sorted(names)
 
 
+def six_steps(step, outdir: str, traced: bool, **options) -> None:
+    """Six calls of ``step``; ``traced``: the torch collector around steps 2-4 (``options``
+    passed on to it)."""
+    if traced:
+        import chakra_hooks.collectors.torch as chakra
+
+        with chakra.trace(outdir, steps=range(2, 5), **options) as t:
+            for _ in range(6):
+                step()
+                t.step()
+    else:
+        for _ in range(6):
+            step()
+
+
+def spawn_two(rank_main, outdir: str, *args) -> None:
+    """``rank_main(rank, outdir, port, *args)`` on ranks 0 and 1 (torch's spawn), on a free
+    port."""
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(rank_main, args=(outdir, port, *args), nprocs=2)
+
+
 def _rank(rank: int, outdir: str, port: int, traced: bool, amplify: bool,
           user_import: bool) -> None:
     if amplify:
@@ -56,30 +82,16 @@ def _rank(rank: int, outdir: str, port: int, traced: bool, amplify: bool,
         for p in model.parameters():
             dist.all_reduce(p.grad)
 
-    if traced:
-        import chakra_hooks.collectors.torch as chakra
-
-        with chakra.trace(outdir, steps=range(2, 5)) as t:
-            for _ in range(6):
-                step()
-                t.step()
-    else:
-        for _ in range(6):
-            step()
+    six_steps(step, outdir, traced)
     dist.destroy_process_group()
     gc.collect()
     print(f"rank {rank} threads after destroy: {' '.join(_threads())}", flush=True)
 
 
 def main() -> None:
-    import torch.multiprocessing as mp
-
     outdir, mode = sys.argv[1], sys.argv[2]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_rank, args=(outdir, port, mode == "traced", "amplify" in sys.argv[3:],
-                          "nn-import" in sys.argv[3:]), nprocs=2)
+    spawn_two(_rank, outdir, mode == "traced", "amplify" in sys.argv[3:],
+              "nn-import" in sys.argv[3:])
 
 
 if __name__ == "__main__":

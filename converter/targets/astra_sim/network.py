@@ -60,6 +60,19 @@ NETWORK_FILE, SYSTEM_FILE = "astra_network.yml", "astra_system.json"
 # The remote memory ASTRA-sim's binary requires a file for (none: every run here keeps its
 # tensors local).
 MEMORY_FILE, MEMORY = "astra_memory.json", {"memory-type": "NO_MEMORY_EXPANSION"}
+BINARY = "AstraSim_Analytical_Congestion_Unaware"  # the analytical backend these files suit
+
+
+def command(folder: object, prefix: str, groups: object = None) -> str:
+    """The ASTRA-sim command line that runs the ETs ``<folder>/<prefix>.<npu>.et`` with the
+    files written beside them (and ``groups``, a comm_group.json). Give ``folder`` absolute,
+    so that it runs from any folder."""
+    network = f"{folder}/{NETWORK_FILE}"
+    return (f"{BINARY} --workload-configuration={folder}/{prefix} "
+            f"--network-configuration={network} "
+            f"--system-configuration={folder}/{SYSTEM_FILE} "
+            f"--remote-memory-configuration={folder}/{MEMORY_FILE}"
+            + (f" --comm-group-configuration={groups}" if groups else ""))
 FAST_GBPS = 1e6  # a network that is never the bottleneck, where nothing is left to fit
 POINT_TO_POINT = -1  # Sample.comm_type of a send and its receive (no CollectiveCommType)
 DEFAULT_GBPS, DEFAULT_NS = 50.0, 500.0  # astra-run's defaults, where nothing was measured
