@@ -19,7 +19,7 @@ reference linker needs PARAM's et_replay, which is not on PyPI, so only K=1 exis
 as plain Python (``CHAKRA_HOOKS_PURE_PYTHON=1``, what an install without a C compiler runs).
 ``--floor`` times msgspec's typed decode of the same two files into structs holding the fields
 linking reads (``args`` and attributes left undecoded): the least any reader built on it can
-take.
+take; each build's time is then also given as a multiple of it.
 
 ``--stages`` times the stages of one rank's conversion in a fresh process, through the
 conversion's own progress marks (``convert_job``, as a worker runs it): the command's imports,
@@ -126,6 +126,8 @@ print(json.dumps([("imports", marks[0][1] - start)] + [
 STAGE_NAMES = ("imports", "find files", "read ET", "read Kineto", "link", "nodes + write")
 
 REPEAT = 3  # runs per measurement; the fastest is reported (--repeat)
+# Best seconds per (K, what ran): "compiled", "plain" or "floor", for the ratio to the floor.
+BEST: dict[tuple[int, str], float] = {}
 
 
 def compiled_status() -> str:
@@ -179,6 +181,7 @@ def ours(k: int, workdir: Path, link_only: bool, pure: bool = False) -> str:
     cli = shutil.which("chakra-hooks") or str(Path(sys.executable).with_name("chakra-hooks"))
     result = measure([cli, "convert", str(folder), "-o", str(out), "-j", "1", "--overwrite"],
                      env)
+    BEST[k, "plain" if pure else "compiled"] = result["seconds"]
     return row(f"ours convert K={k}{build}", mb, result)
 
 
@@ -187,7 +190,16 @@ def floor(k: int, workdir: Path) -> str:
     folder, size = ensure_tiles(k, workdir)
     result = measure([sys.executable, "-c", FLOOR, str(folder / "host_et.json"),
                       str(folder / "kineto.json")])
+    BEST[k, "floor"] = result["seconds"]
     return row(f"msgspec typed decode K={k}", size / 1e6, result)
+
+
+def to_floor(k: int) -> str:
+    """Each build's best time as a multiple of the floor's: the figure that holds while this
+    shared machine's speed moves (by up to 2x from one hour to the next)."""
+    builds = [(name, BEST[k, name]) for name in ("compiled", "plain") if (k, name) in BEST]
+    return f"K={k}: " + ", ".join(f"{name} {seconds / BEST[k, 'floor']:.1f}x the floor's time"
+                                  for name, seconds in builds)
 
 
 def stages(k: int, workdir: Path, pure: bool = False) -> str:
@@ -287,6 +299,8 @@ def main() -> None:
                 print(ours(k, workdir, args.link_only, pure=True), flush=True)
             if args.floor:
                 print(floor(k, workdir), flush=True)
+                if not args.link_only:
+                    print(to_floor(k), flush=True)
             if args.stages:
                 print(stages(k, workdir), flush=True)
                 if args.builds:
