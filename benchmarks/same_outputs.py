@@ -2,7 +2,11 @@
 targets and lists a SHA-256 per output file; with ``--against``, compares with an earlier list.
 ``--tools`` adds what the run tools print and write of each conversion (``stats --json``,
 ``whatif --json`` under four changes, ``timeline``), and ``--runs`` folders of converted runs
-of one's own (a recording's conversion, a tiled run) to read with them.
+of one's own (a recording's conversion, a tiled run) to read with them. ``--traces`` adds
+folders of traces of one's own (a recording) to convert beside the corpus.
+
+Run as plain Python (``CHAKRA_HOOKS_PURE_PYTHON=1``) on one side and compiled on the other, it
+says whether both builds write the same bytes (tests/test_compiled.py does so).
 
     python benchmarks/same_outputs.py --save /tmp/before.json      # on the old state
     python benchmarks/same_outputs.py --against /tmp/before.json   # on the new: exit 1 if any
@@ -60,17 +64,21 @@ def tool_digests(folder: Path, name: str, work: Path) -> dict[str, str]:
     return out
 
 
-def digests(corpus: Path, tools: bool = False, runs: list[str] = ()) -> dict[str, str]:
-    """``trace/target/file`` -> SHA-256 of every file the conversion wrote (and, with
-    ``tools``, of what the run tools make of each conversion and of each of ``runs``)."""
+def digests(corpus: Path, tools: bool = False, runs: list[str] = (),
+            traces: list[str] = ()) -> dict[str, str]:
+    """``trace/target/file`` -> SHA-256 of every file the conversion wrote, of the corpus
+    traces and of each folder of ``traces`` (and, with ``tools``, of what the run tools make
+    of each conversion and of each of ``runs``)."""
     out: dict[str, str] = {}
     # A fixed place, not a new temporary one: the tools print the paths they read.
     work = Path(tempfile.gettempdir()) / "chakra-hooks-same-outputs"
     shutil.rmtree(work, ignore_errors=True)
-    for name, (inputs, _) in TRACES.items():
+    inputs_of = {name: [corpus / i for i in inputs] for name, (inputs, _) in TRACES.items()}
+    inputs_of.update({f"traces/{folder}": [Path(folder)] for folder in traces})
+    for name, inputs in inputs_of.items():
         for target in TARGETS:
-            folder = work / name / target
-            convert_paths([corpus / i for i in inputs], folder, target=target,
+            folder = work / name.replace("/", "_") / target
+            convert_paths(inputs, folder, target=target,
                           progress=False, warn=lambda _: None)
             for path in sorted(folder.rglob("*")):
                 if path.is_file():
@@ -93,11 +101,14 @@ def main() -> int:
                     help="also what stats, whatif and timeline make of each conversion")
     ap.add_argument("--runs", nargs="*", default=[],
                     help="folders of converted runs to read with the run tools too")
+    ap.add_argument("--traces", nargs="*", default=[],
+                    help="folders of traces (a recording) to convert beside the corpus")
     args = ap.parse_args()
-    now = digests(Path(args.corpus), args.tools or bool(args.runs), args.runs)
+    now = digests(Path(args.corpus), args.tools or bool(args.runs), args.runs, args.traces)
     if args.save:
         Path(args.save).write_text(json.dumps(now, indent=1, sort_keys=True))
-    print(f"{len(now)} files from {len(TRACES)} traces x {len(TARGETS)} targets")
+    print(f"{len(now)} files from {len(TRACES) + len(args.traces)} traces x {len(TARGETS)} "
+          "targets")
     if not args.against:
         return 0
     before = json.loads(Path(args.against).read_text())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -73,6 +74,27 @@ def test_compiled_and_pure_python_write_the_same_bytes(corpus, tmp_path) -> None
                        env=env, capture_output=True, text=True, check=True)
         outputs.append({p.name: p.read_bytes() for p in sorted(out.iterdir())})
     assert outputs[0] and outputs[0] == outputs[1]
+
+
+@pytest.mark.extended
+def test_both_builds_write_the_same_bytes_on_the_corpus_and_a_recording(corpus, gloo_traces,
+                                                                         tmp_path) -> None:
+    # Every corpus trace and a live recording, both targets (benchmarks/same_outputs.py):
+    # plain Python is the reference the compiled build must match byte for byte.
+    if _compiled_count(None) == 0:
+        pytest.skip("nothing is compiled here: there is one build only")
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          "benchmarks", "same_outputs.py")
+    saved = tmp_path / "plain.json"
+    runs = []
+    for pure, args in (("1", ["--save", str(saved)]), ("", ["--against", str(saved)])):
+        env = dict(os.environ, CHAKRA_HOOKS_PURE_PYTHON=pure)
+        runs.append(subprocess.run([sys.executable, script, "--corpus", str(corpus),
+                                    "--traces", str(gloo_traces), *args],
+                                   env=env, capture_output=True, text=True, timeout=900))
+    assert runs[0].returncode == 0, runs[0].stderr[-2000:]
+    assert runs[1].returncode == 0 and "same bytes" in runs[1].stdout, runs[1].stdout[-3000:]
+    assert len(json.loads(saved.read_text())) > 100
 
 
 def test_ci_build_compiles_every_module() -> None:
