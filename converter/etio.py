@@ -44,6 +44,9 @@ class EtFile:
     nodes: Sequence[Node]
     compressed: bool
     size_bytes: int  # uncompressed stream size
+    # Each node's frame (its bytes in the file, length prefix first), where read_et was asked
+    # to keep them (run_model reads most nodes' column fields from them).
+    frames: list[bytes] | None = None
 
 
 def read_bytes(path: str | os.PathLike) -> tuple[bytes, bool]:
@@ -183,20 +186,22 @@ def _raise_first_bad_node(joined: bytes, metadata_len: int, path: str | os.PathL
         pos, index = body + size, index + 1
 
 
-def read_et(path: str | os.PathLike) -> EtFile:
-    """Read a whole ET file (plain or gzip-compressed)."""
+def read_et(path: str | os.PathLike, keep_frames: bool = False) -> EtFile:
+    """Read a whole ET file (plain or gzip-compressed); ``keep_frames``: with each node's
+    frame too (EtFile.frames)."""
     buf, compressed = read_bytes(path)
     size, head = len(buf), buf[:256]
     try:
         frames = split_frames(buf, path)
         del buf  # the frames hold a copy; keep at most two copies of the file alive at once
+        node_frames = frames[1:] if keep_frames else None
         metadata, nodes = decode_frames(frames, path)
     except TraceFormatError:
         other = what_else(path, head)
         if other is not None:  # not an ET at all: say what it is, not where its bytes broke
             raise TraceFormatError(path, "file", f"a Chakra ET, but this is {other}") from None
         raise
-    return EtFile(Path(path), metadata, nodes, compressed, size)
+    return EtFile(Path(path), metadata, nodes, compressed, size, node_frames)
 
 
 def name_and_rank(path: str | os.PathLike) -> tuple[str, int | None]:

@@ -25,6 +25,11 @@ from .attrs import value_of
 from .schema import (COMM_COLL, COMM_RECV, COMM_SEND, COMM_TYPE_NAMES, MEM_LOAD, MEM_STORE,
                      METADATA)
 
+try:  # read by Cython when it compiles this module (setup.py): see _scan_frame
+    import cython
+except ImportError:  # run as plain Python without Cython installed
+    from chakra_hooks.common.no_cython import cython
+
 if TYPE_CHECKING:
     from .schema import Node
 
@@ -178,35 +183,52 @@ def node_time_fields(node: Node, attrs: Mapping[str, object]) -> tuple[int, obje
     (``start_ns`` / ``duration_ns``, ``_ps``, else whole microseconds). An exact duration
     counts without its start too; a duration said to be unknown is 0 (a negative exact one is
     kept, for the reader to refuse)."""
+    return _time_fields(node.start_time_micros, node.duration_micros, attrs, value_of)
+
+
+def _time_fields(start_micros: int, duration_micros: int, attrs: Mapping[str, object],
+                 read: Callable[[object], object]) -> tuple[int, object, object]:
+    """node_time_fields of a node's two microsecond fields and its attributes, each attribute's
+    value taken by ``read`` (``value_of``, or as it is where the values are plain)."""
     for unit in ("ns", "ps"):
         if f"start_{unit}" in attrs:
             key = f"duration_{unit}"
-            return (PS_PER_UNIT[unit], value_of(attrs[f"start_{unit}"]),
-                    value_of(attrs[key]) if key in attrs else 0)
-    start = node.start_time_micros or None  # (0: never set, a node outside time)
+            return (PS_PER_UNIT[unit], read(attrs[f"start_{unit}"]),
+                    read(attrs[key]) if key in attrs else 0)
+    start = start_micros or None  # (0: never set, a node outside time)
     for unit in ("ns", "ps"):  # an exact duration without its start
         if f"duration_{unit}" in attrs:
-            dur = value_of(attrs[f"duration_{unit}"])
+            dur = read(attrs[f"duration_{unit}"])
             per = PS_PER_UNIT[unit]
             return (per, None if start is None else start * (PS_PER_UNIT["us"] // per),
                     0 if "duration_unknown" in attrs and dur >= 0 else dur)
-    return PS_PER_UNIT["us"], start, 0 if "duration_unknown" in attrs else node.duration_micros
+    return PS_PER_UNIT["us"], start, 0 if "duration_unknown" in attrs else duration_micros
 
 
 def node_times(node: Node, attrs: Mapping[str, object]) -> tuple[float | None, float]:
     """(start us or None, duration us) at the finest precision the node carries."""
-    per, start, dur = node_time_fields(node, attrs)
+    return _in_us(*node_time_fields(node, attrs))
+
+
+def _in_us(per: int, start: object, dur: object) -> tuple[float | None, float]:
     scale = _US_PER_PS[per]
     return (None if start is None else start * scale), dur * scale
+
+
+def _as_is(value: object) -> object:
+    return value
 
 
 LONGEST_US = 86_400e6  # a node longer than a day is said: a clock or unit gone wrong
 
 
 def columns_of(nodes: Iterable[Node], strings: Strings, path: str = "<nodes>",
-               warn: Callable[[str], None] | None = None) -> tuple[Columns, dict[int, dict]]:
+               warn: Callable[[str], None] | None = None, frames: Sequence[bytes] | None = None
+               ) -> tuple[Columns, dict[int, dict]]:
     """A rank's decoded nodes as Columns, and its communication nodes' attributes (node id ->
-    name -> plain value; the last of a name wins, as in consumers' lookups).
+    name -> plain value; the last of a name wins, as in consumers' lookups). ``frames``: the
+    nodes' frames in the file (etio.read_et's), which the compiled build reads most nodes'
+    fields from (_scan_frame).
 
     What no figure can be made of is refused (TraceFormatError: a node id used twice, a
     negative duration); what the figures leave out is said to ``warn`` (dependencies on nodes
@@ -221,23 +243,35 @@ def columns_of(nodes: Iterable[Node], strings: Strings, path: str = "<nodes>",
     names, lanes, cpu = c.names, c.lanes, c.cpu
     add = strings.add
     read = _READ
+    if not _SCAN_FRAMES:
+        frames = None
     for p, node in enumerate(nodes):
-        nid = node.id
-        node_type = node.type
-        attrs = {}
-        for a in node.attr:  # only what the columns hold (the last of a name wins)
-            if a.name in read:
-                attrs[a.name] = a
-        if node_type in COMM_TYPES or UNRESOLVED in attrs:  # communication: every attribute
-            attrs = {a.name: a for a in node.attr}
-        start, dur = node_times(node, attrs)
+        scanned = None if frames is None else _scan_frame(frames[p])
+        if scanned is None:
+            nid = node.id
+            node_type = node.type
+            attrs = {}
+            for a in node.attr:  # only what the columns hold (the last of a name wins)
+                if a.name in read:
+                    attrs[a.name] = a
+            if node_type in COMM_TYPES or UNRESOLVED in attrs:  # communication: every attribute
+                attrs = {a.name: a for a in node.attr}
+            start, dur = node_times(node, attrs)
+            name = node.name
+            is_cpu = "is_cpu_op" in attrs and bool(value_of(attrs["is_cpu_op"]))
+            lane = str(value_of(attrs["lane"])) if "lane" in attrs else None
+            wanted.append((*node.data_deps, *node.ctrl_deps))
+        else:  # plain values (no communication node, no extras: see _scan_frame)
+            nid, node_type, name, start_micros, duration_micros, node_deps, attrs = scanned
+            start, dur = _in_us(*_time_fields(start_micros, duration_micros, attrs, _as_is))
+            is_cpu = "is_cpu_op" in attrs and bool(attrs["is_cpu_op"])
+            lane = str(attrs["lane"]) if "lane" in attrs else None
+            wanted.append(node_deps)
         if not dur >= 0:  # (nan too)
             raise TraceFormatError(path, f"node {nid}", f"a duration of 0 or more, not {dur} us")
         if dur > LONGEST_US and warn is not None:
-            warn(f"{path}: node {nid} ({node.name[:60]}) lasts {dur / 3.6e9:,.1f} h: a clock or "
+            warn(f"{path}: node {nid} ({name[:60]}) lasts {dur / 3.6e9:,.1f} h: a clock or "
                  "unit gone wrong? Its time is taken as it is")
-        name = node.name
-        is_cpu = "is_cpu_op" in attrs and bool(value_of(attrs["is_cpu_op"]))
         if name == GAP_NAME:
             kind = GAP
         elif node_type in COMM_TYPES or UNRESOLVED in attrs:
@@ -252,7 +286,7 @@ def columns_of(nodes: Iterable[Node], strings: Strings, path: str = "<nodes>",
         durs.append(dur)
         kinds.append(kind)
         names.append(add(name))
-        lanes.append(add(str(value_of(attrs["lane"]))) if "lane" in attrs else -1)
+        lanes.append(add(lane) if lane is not None else -1)
         cpu.append(is_cpu)
         if kind == COMM:
             comm[nid] = {k: value_of(v) for k, v in attrs.items()}
@@ -260,7 +294,6 @@ def columns_of(nodes: Iterable[Node], strings: Strings, path: str = "<nodes>",
             c.pg_config = str(value_of(attrs["pg_config"]))
         if "moe_expert_tokens" in attrs or "kv_direction" in attrs:
             c.extras[p] = {k: value_of(attrs[k]) for k in EXTRA_ATTRS if k in attrs}
-        wanted.append((*node.data_deps, *node.ctrl_deps))
         if nid in position:
             raise TraceFormatError(path, f"node {nid}", f"a node id used once; nodes "
                                    f"#{position[nid]} and #{p} both have it")
@@ -309,6 +342,186 @@ def columns_of(nodes: Iterable[Node], strings: Strings, path: str = "<nodes>",
     return c, comm
 
 
+# ------------------------------------------------------------------ reading nodes from frames
+# The compiled build reads the column fields of most nodes straight from their frames (each
+# Node message's bytes in the file), after protobuf has parsed the whole file, which checks
+# every byte as before. Read through the parsed messages, each attribute read made Python
+# objects: 11-16 us a node, where parsing the whole file takes 1-2 us a node.
+_SCAN_FRAMES = cython.compiled
+# The AttributeProto oneofs whose values the scanner reads (formats.md), and the wire type of
+# each; an attribute the columns read in any other oneof leaves its node to the parsed message.
+_INT64_VAL, _UINT64_VAL, _BOOL_VAL, _STRING_VAL = 9, 13, 27, 29
+_TIME_ATTRS = frozenset(("start_ns", "duration_ns", "start_ps", "duration_ps"))
+# Attributes whose node the columns read more of (communication, process groups, MoE / KV
+# extras): such a node is read from its parsed message.
+_WHOLE_NODE_ATTRS = frozenset((UNRESOLVED, "pg_config", "moe_expert_tokens", "kv_direction"))
+_after_varint = 0  # where the varint _varint read last ends (-1: it did not end in bounds)
+
+
+def _scan_frame(frame: bytes) -> tuple | None:
+    """(id, type, name, start_time_micros, duration_micros, dependencies, attributes) of one
+    Node frame (its length prefix first), as protobuf reads them: the dependencies data first,
+    then ctrl; of the attributes, those of _READ by name (the last of a name wins), as plain
+    values. None where the columns need more of the node (a communication node, an attribute
+    of _WHOLE_NODE_ATTRS) or the frame holds what this reader does not follow (an unknown
+    field, a field of another wire type than the schema's, an attribute the columns read in
+    another oneof): the caller reads the parsed message then. Protobuf has parsed the frame
+    already, so its bytes are well formed and its strings UTF-8."""
+    return _scan_node(frame, len(frame))
+
+
+def _scan_node(frame: bytes, n: int) -> tuple | None:
+    at = 0
+    while at < n and frame[at] & 0x80:  # the length prefix
+        at += 1
+    at += 1
+    nid = node_type = start = dur = 0
+    name = ""
+    data_deps: list = []
+    ctrl_deps: list = []
+    values: dict = {}
+    while at < n:
+        key = _varint(frame, at, n)
+        at = _after_varint
+        if at < 0:
+            return None
+        field = key >> 3
+        wire = key & 7
+        if wire == 0:
+            value = _varint(frame, at, n)
+            at = _after_varint
+            if at < 0:
+                return None
+            if field == 1:
+                nid = value
+            elif field == 3:
+                if value > 0x7FFFFFFF:  # an enum is an int32: protobuf would wrap it
+                    return None
+                node_type = value
+            elif field == 4:
+                ctrl_deps.append(value)
+            elif field == 5:
+                data_deps.append(value)
+            elif field == 6:
+                start = value
+            elif field == 7:
+                dur = value
+            else:
+                return None
+        elif wire == 2:
+            size = _varint(frame, at, n)
+            at = _after_varint
+            if at < 0 or size > n - at:
+                return None
+            end = at + size
+            if field == 2:
+                name = frame[at:end].decode("utf-8")
+            elif field == 4 or field == 5:  # packed dependencies
+                deps = ctrl_deps if field == 4 else data_deps
+                while at < end:
+                    deps.append(_varint(frame, at, end))
+                    at = _after_varint
+                    if at < 0:
+                        return None
+            elif field == 10:
+                if not _scan_attr(frame, at, end, values):
+                    return None
+            elif field != 8 and field != 9:  # inputs and outputs: not read
+                return None
+            at = end
+        else:
+            return None
+    if node_type in COMM_TYPES:
+        return None
+    return nid, node_type, name, start, dur, (*data_deps, *ctrl_deps), values
+
+
+def _scan_attr(frame: bytes, at: int, end: int, values: dict) -> bool:
+    """The AttributeProto at frame[at:end] into ``values`` where the columns read its name;
+    False where its node must be read from the parsed message."""
+    name_at = name_end = text_at = text_end = -1
+    which = 0  # the oneof set last (0: none)
+    number = 0
+    while at < end:
+        key = _varint(frame, at, end)
+        at = _after_varint
+        if at < 0:
+            return False
+        field = key >> 3
+        wire = key & 7
+        if field == 1 or field == 2 or field == _STRING_VAL:  # name, doc_string, string_val
+            if wire != 2:
+                return False
+        elif field == _INT64_VAL or field == _UINT64_VAL or field == _BOOL_VAL:
+            if wire != 0:
+                return False
+        elif not 3 <= field <= 32:
+            return False
+        if wire == 0:
+            number = _varint(frame, at, end)
+            at = _after_varint
+            if at < 0:
+                return False
+        elif wire == 2:
+            size = _varint(frame, at, end)
+            at = _after_varint
+            if at < 0 or size > end - at:
+                return False
+            if field == 1:
+                name_at, name_end = at, at + size
+            elif field == _STRING_VAL:
+                text_at, text_end = at, at + size
+            at += size
+        elif wire == 1:
+            at += 8
+        elif wire == 5:
+            at += 4
+        else:
+            return False
+        if at > end:
+            return False
+        if field >= 3:
+            which = field
+    name = frame[name_at:name_end].decode("utf-8") if name_at >= 0 else ""
+    if name not in _READ:
+        return True
+    if name in _WHOLE_NODE_ATTRS:
+        return False
+    if which == 0:
+        value = None
+    elif which == _STRING_VAL and name == "lane":
+        value = frame[text_at:text_end].decode("utf-8")
+    elif which == _BOOL_VAL and name == "is_cpu_op":
+        value = number != 0
+    elif (which == _INT64_VAL or which == _UINT64_VAL) and name in _TIME_ATTRS:
+        value = number  # (under 2^63: _varint reads no longer varint)
+    elif name == "duration_unknown" or name == "moe_layer" or name == "tensor_size":
+        value = None  # only its presence is read here (the extras are whole-node)
+    else:
+        return False
+    values[name] = value
+    return True
+
+
+def _varint(frame: bytes, at: int, end: int) -> int:
+    """The varint at ``at`` (its end in _after_varint; -1 there when it does not end before
+    ``end`` or within 9 bytes: a value of 2^63 or more, a negative int64 say, is left to the
+    parsed message)."""
+    global _after_varint
+    value = 0
+    shift = 0
+    while at < end and shift < 63:
+        byte = frame[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            _after_varint = at
+            return value
+        shift += 7
+    _after_varint = -1
+    return 0
+
+
 @dataclass
 class Rank:
     """One rank's ET as the run tools read it: its nodes as ``Columns``, its communication
@@ -327,10 +540,11 @@ class Rank:
 
     @classmethod
     def of_nodes(cls, rank: int, path: str, nodes: Sequence[Node], strings: Strings | None = None,
-                 keep: bool = True, warn: Callable[[str], None] | None = None, **where) -> Rank:
+                 keep: bool = True, warn: Callable[[str], None] | None = None,
+                 frames: Sequence[bytes] | None = None, **where) -> Rank:
         """A rank of decoded nodes (``keep``: the nodes kept beside the columns; ``warn``: what
-        ``columns_of`` says)."""
-        columns, comm = columns_of(nodes, strings or Strings(), path, warn)
+        ``columns_of`` says; ``frames``: the nodes' frames, see ``columns_of``)."""
+        columns, comm = columns_of(nodes, strings or Strings(), path, warn, frames)
         return cls(rank, path, columns, comm, nodes=nodes if keep else None, **where)
 
     def position(self, nid: int) -> int:
@@ -427,7 +641,7 @@ def _read_one(path, position: int, strings: Strings, keep: bool) -> _Read:
     """One ET as a Rank (rank from its metadata, else its name, else ``position``)."""
     from . import etio
 
-    et = etio.read_et(path)
+    et = etio.read_et(path, keep_frames=_SCAN_FRAMES)
     meta = {a.name: value_of(a) for a in et.metadata.attr}
     stated = int(meta["rank"]) if isinstance(meta.get("rank"), int) else None
     named = etio.name_and_rank(path)[1]
@@ -436,8 +650,9 @@ def _read_one(path, position: int, strings: Strings, keep: bool) -> _Read:
     host, clock = host_and_clock(meta)
     made = meta.get("made_from_rank")
     said: list[str] = []
-    return _Read(Rank.of_nodes(rank, str(path), et.nodes, strings, keep, said.append, host=host,
-                               clock=clock, made_from=made if isinstance(made, int) else None),
+    return _Read(Rank.of_nodes(rank, str(path), et.nodes, strings, keep, said.append,
+                               frames=et.frames, host=host, clock=clock,
+                               made_from=made if isinstance(made, int) else None),
                  stated, named, world, said, str(meta.get("target", "")))
 
 
