@@ -1,6 +1,19 @@
 # Declarations for the compiled build only (setup.py; the .py runs unchanged without them):
-# the frame scanner's loops on C integers over the frame's bytes through a pointer.
+# the frame scanner's loops on C integers over the frame's bytes through a pointer, and the
+# critical path's loops on the columns as typed views.
 cimport cython
+
+@cython.locals(count_v="long long[:]", users_v="long long[:]", fill_v="long long[:]",
+               deps_v="long long[:]", dep_at_v="long long[:]", k=Py_ssize_t, p=Py_ssize_t,
+               d=Py_ssize_t)
+cpdef tuple _users_of(Py_ssize_t n, object deps, object dep_at)
+
+@cython.locals(n=Py_ssize_t, user_at_v="long long[:]", users_v="long long[:]",
+               dep_at_v="long long[:]", dur_v="const double[:]", waiting_v="long long[:]",
+               start_v="double[:]", via_v="long long[:]", finish_v="double[:]", ready=list,
+               p=Py_ssize_t, k=Py_ssize_t, user=Py_ssize_t, f=double, best=double,
+               last=Py_ssize_t)
+cpdef tuple longest_path(object c, object dur)
 
 cdef Py_ssize_t _after_varint
 

@@ -107,21 +107,7 @@ class Columns:
         """(user_at, users): per node, the positions that depend on it, in the ET's order (a
         node depending twice on one counts twice, as its dependencies do)."""
         if self._users is None:
-            n = len(self.ids)
-            count = array("q", bytes(8 * (n + 1)))
-            deps, dep_at = self.deps, self.dep_at
-            for d in deps:
-                count[d + 1] += 1
-            for p in range(n):
-                count[p + 1] += count[p]
-            fill = array("q", count)
-            users = array("q", bytes(8 * len(deps)))
-            for p in range(n):
-                for k in range(dep_at[p], dep_at[p + 1]):
-                    d = deps[k]
-                    users[fill[d]] = p
-                    fill[d] += 1
-            self._users = (count, users)
+            self._users = _users_of(len(self.ids), self.deps, self.dep_at)
         return self._users
 
     def name(self, p: int) -> str:
@@ -145,6 +131,28 @@ class Columns:
         return other
 
 
+def _users_of(n: int, deps: array, dep_at: array) -> tuple[array, array]:
+    """Columns.users of ``n`` nodes with dependencies ``deps`` / ``dep_at`` (typed loops in the
+    compiled build: run_model.pxd)."""
+    count = array("q", bytes(8 * (n + 1)))
+    users = array("q", bytes(8 * len(deps)))
+    fill = array("q", bytes(8 * (n + 1)))
+    # The same arrays as typed views in the compiled build, indexed in C (run_model.pxd).
+    count_v, users_v, fill_v, deps_v, dep_at_v = count, users, fill, deps, dep_at
+    for k in range(len(deps)):
+        count_v[deps_v[k] + 1] += 1
+    for p in range(n):
+        count_v[p + 1] += count_v[p]
+    for p in range(n + 1):
+        fill_v[p] = count_v[p]
+    for p in range(n):
+        for k in range(dep_at_v[p], dep_at_v[p + 1]):
+            d = deps_v[k]
+            users_v[fill_v[d]] = p
+            fill_v[d] += 1
+    return count, users
+
+
 def longest_path(c: Columns, dur: array) -> tuple[array, array, int]:
     """The critical path over a rank's columns (stats.py ``critical_path``, by position): each
     node's earliest finish after its dependencies with durations ``dur`` (nan: never reached,
@@ -152,24 +160,34 @@ def longest_path(c: Columns, dur: array) -> tuple[array, array, int]:
     last (the first to get there; -1 for no node)."""
     n = len(c)
     user_at, users = c.users()
-    dep_at = c.dep_at
-    waiting = array("q", (dep_at[p + 1] - dep_at[p] for p in range(n)))
-    ready = [p for p in range(n) if waiting[p] == 0]
+    if type(dur) is not array or dur.typecode != "d":
+        dur = array("d", dur)
+    waiting = array("q", bytes(8 * n))
     start = array("d", bytes(8 * n))
     via = array("q", [-1]) * n
     finish = array("d", [float("nan")]) * n
+    # The same arrays as typed views in the compiled build, indexed in C (run_model.pxd).
+    user_at_v, users_v, dep_at_v, dur_v = user_at, users, c.dep_at, dur
+    waiting_v, start_v, via_v, finish_v = waiting, start, via, finish
+    ready = []
+    for p in range(n):
+        waiting_v[p] = dep_at_v[p + 1] - dep_at_v[p]
+        if waiting_v[p] == 0:
+            ready.append(p)
     best, last = 0.0, -1
     while ready:
         p = ready.pop()
-        f = finish[p] = start[p] + dur[p]
+        f = start_v[p] + dur_v[p]
+        finish_v[p] = f
         if last < 0 or f > best:
             best, last = f, p
-        for k in range(user_at[p], user_at[p + 1]):
-            user = users[k]
-            if via[user] < 0 or f > start[user]:
-                start[user], via[user] = f, p
-            waiting[user] -= 1
-            if waiting[user] == 0:
+        for k in range(user_at_v[p], user_at_v[p + 1]):
+            user = users_v[k]
+            if via_v[user] < 0 or f > start_v[user]:
+                start_v[user] = f
+                via_v[user] = p
+            waiting_v[user] -= 1
+            if waiting_v[user] == 0:
                 ready.append(user)
     return finish, via, last
 
