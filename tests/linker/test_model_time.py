@@ -50,12 +50,12 @@ def volume_pair(tmp_path_factory) -> dict[int, Path]:
     The experiment's premise is that only communication changed. On a shared 2-core machine
     the compute itself can come out tens of percent apart between two recordings (seen: 68
     against 125 ms of host ops; one rank's backward alone 50 against 36 ms): each volume is
-    recorded up to 3 times, alternating, and the first pair (one recording of each) whose
+    recorded up to RECORDINGS times, alternating, and the first pair (one recording of each) whose
     compute agrees on both ranks is the experiment, so that the prediction is judged on a pair
     that satisfies the premise."""
     root = tmp_path_factory.mktemp("volume")
     runs: dict[int, list[tuple[Path, list[float]]]] = {4: [], 48: []}
-    for attempt in range(3):
+    for attempt in range(RECORDINGS):
         for mb in (4, 48):
             capture = root / f"run{mb}_{attempt}"
             subprocess.run([sys.executable, str(REPO / "examples" / "comm_volume.py"),
@@ -72,12 +72,16 @@ def volume_pair(tmp_path_factory) -> dict[int, Path]:
                            for c in zip(small_compute, large_compute)):
                         return {4: small, 48: large}
     shown = {mb: [c for _, c in found] for mb, found in runs.items()}
-    pytest.fail(f"no pair of comm_volume.py recordings (3 of each volume) whose compute agrees "
-                f"within {COMPUTE_AGREE - 1:.0%} on both ranks (host ops, us, per recording and "
-                f"rank: {shown}): the machine is too busy for this experiment")
+    pytest.fail(f"no pair of comm_volume.py recordings ({RECORDINGS} of each volume) whose "
+                f"compute agrees within {COMPUTE_AGREE - 1:.0%} on both ranks (host ops, us, per "
+                f"recording and rank: {shown}): the machine is too busy for this experiment")
 
 
 COMPUTE_AGREE = 1.15  # the premise: the two runs' host-op time within 15 % of each other
+# Recordings of each volume at most: every new one is paired with all of the other volume's,
+# and a busy half hour has spread three of each over 42-69 ms of host ops per rank, no pair
+# within 15 % (2026-11-29); a quiet machine finds its pair in the first or second.
+RECORDINGS = 5
 
 
 def _compute_us(nodes) -> float:
