@@ -137,6 +137,16 @@ def compiled_status() -> str:
                           capture_output=True, text=True, check=True).stdout.strip()
 
 
+def installed(command: str) -> str:
+    """The command installed beside this interpreter, else the one on PATH: a PATH found first
+    may hold another environment's install of the same command."""
+    beside = Path(sys.executable).with_name(command)
+    found = str(beside) if beside.is_file() else shutil.which(command)
+    if found is None:
+        raise SystemExit(f"{command} is not installed beside {sys.executable} nor on PATH")
+    return found
+
+
 def measure(cmd: list[str], env: dict | None = None) -> dict:
     """The fastest of REPEAT runs: on a shared virtual machine other tenants' load only ever
     adds time (CPU steal shows up as user time here), so the minimum is the steadiest figure."""
@@ -178,7 +188,7 @@ def ours(k: int, workdir: Path, link_only: bool, pure: bool = False) -> str:
         return row(f"ours link K={k}{build}", mb, result)
     out = workdir / f"out_x{k}"
     shutil.rmtree(out, ignore_errors=True)
-    cli = shutil.which("chakra-hooks") or str(Path(sys.executable).with_name("chakra-hooks"))
+    cli = installed("chakra-hooks")
     result = measure([cli, "convert", str(folder), "-o", str(out), "-j", "1", "--overwrite"],
                      env)
     BEST[k, "plain" if pure else "compiled"] = result["seconds"]
@@ -232,7 +242,7 @@ def instructions(k: int, workdir: Path) -> str:
     folder, size = ensure_tiles(k, workdir)
     out = workdir / f"out_x{k}"
     shutil.rmtree(out, ignore_errors=True)
-    cli = shutil.which("chakra-hooks") or str(Path(sys.executable).with_name("chakra-hooks"))
+    cli = installed("chakra-hooks")
     run = subprocess.run([valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null", cli,
                           "convert", str(folder), "-o", str(out), "-j", "1", "--overwrite"],
                          capture_output=True, text=True)
@@ -248,14 +258,13 @@ def reference(workdir: Path) -> str:
     linked = workdir / "ref_linked.json"
     if not linked.is_file():
         linked.write_bytes(gzip.decompress(src.read_bytes()))
-    cli = shutil.which("chakra_converter") or str(Path(sys.executable).with_name(
-        "chakra_converter"))
+    cli = installed("chakra_converter")
     mb = linked.stat().st_size / 1e6
     result = measure([cli, "--log-filename", str(workdir / "ref.log"), "PyTorch", "--input",
                       str(linked), "--output", str(workdir / "ref.et")])
     lines = [row("reference chakra_converter K=1", mb, result)]
     # The same reference-linked file through our convert (it reads that ET on its own).
-    ours_cli = shutil.which("chakra-hooks") or str(Path(sys.executable).with_name("chakra-hooks"))
+    ours_cli = installed("chakra-hooks")
     out = workdir / "out_ref_linked"
     shutil.rmtree(out, ignore_errors=True)
     result = measure([ours_cli, "convert", str(linked), "-o", str(out), "-j", "1", "--overwrite"])

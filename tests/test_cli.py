@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,8 +11,10 @@ import pytest
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    exe = shutil.which("chakra-hooks")
-    command = [exe] if exe else [sys.executable, "-m", "chakra_hooks"]
+    # The command installed beside this interpreter: one found on PATH may belong to another
+    # environment (CI calls .venv/bin/pytest without activating the venv).
+    exe = Path(sys.executable).with_name("chakra-hooks")
+    command = [str(exe)] if exe.is_file() else [sys.executable, "-m", "chakra_hooks"]
     return subprocess.run([*command, *args], capture_output=True, text=True, timeout=300)
 
 

@@ -4,7 +4,6 @@ so per rank when ranks are small (docs/performance.md, many ranks)."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -39,9 +38,9 @@ def test_a_whole_conversion_loads_neither_the_cli_nor_protobuf(corpus: Path, tmp
 def test_spawned_workers_do_not_import_the_cli() -> None:
     # Spawn runs the parent's main script again in each worker, as __mp_main__.
     beside = Path(sys.executable).with_name("chakra-hooks")
-    script = str(beside) if beside.is_file() else shutil.which("chakra-hooks")
-    if script is None:
-        pytest.skip("the chakra-hooks command is not installed")
+    if not beside.is_file():
+        pytest.skip("the chakra-hooks command is not installed beside this interpreter")
+    script = str(beside)
     assert loaded_after(f"import runpy\nrunpy.run_path({script!r}, run_name='__mp_main__')") == []
     assert "click" in loaded_after("from chakra_hooks.__main__ import main\n"
                                    "import sys\nsys.argv = ['chakra-hooks', '--help']\n"
