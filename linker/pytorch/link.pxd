@@ -19,7 +19,7 @@ cdef class PytorchLinker:
     cdef public object c10d_on_device, window, has_device, seqs, nested_after, thread_ops
     cdef public object launches, selected, tops, pg_inits, lanes, runtime_by_corr
     cdef public object kernel_names, unknown_dur, host_waits, left_out_host, left_out_device
-    cdef public object gloo_runs, comm_on_device, host_timed
+    cdef public object gloo_runs, comm_on_device, host_timed, kineto_facts
 
     @cython.locals(node=EtNode)
     cpdef object _read_groups(self)

@@ -146,7 +146,9 @@ def link(host_et_path: Path | None, kineto_path: Path | None, rank: int | None =
         progress.reached(PROGRESS_ET_READ)
         kt = read_kineto(kineto_path) if kineto_path is not None else None
         progress.reached(PROGRESS_KINETO_READ)
-        trace = PytorchLinker(et, kt, rank, selected).build()
+        linker = PytorchLinker(et, kt, rank, selected)
+        selected = None  # the linker lets go of the ET's nodes before it is done
+        trace = linker.build()
         rate = trace.stats.get("match_rate")
         two_runs = bool(trace.stats.get("pids_differ"))
         bar = CROSS_RUN_MATCH if two_runs else LOW_MATCH
@@ -167,11 +169,6 @@ def link(host_et_path: Path | None, kineto_path: Path | None, rank: int | None =
             trace.warnings.append(
                 f"{host_et_path} and {kineto_path}: two runs (the pids differ) of which "
                 f"{rate:.1%} of the ET's ops match, linked as one (--force-pair)")
-        if kt is not None:
-            trace.annotations = [
-                (ev.name, ev.start * PS_PER_NS, ev.dur * PS_PER_NS, f"thread:{ev.tid}")
-                for ev in kt.host
-                if ev.cat == "user_annotation" and ev.name.startswith(KEPT_ANNOTATIONS)]
         return trace
 
 
@@ -231,6 +228,9 @@ class PytorchLinker:
         self.runtime_by_corr: dict[object, KEvent] = {}
         self.kernel_names: dict[str, str | None] = {}  # kernel name -> kernel_collective()
         self.gloo_runs: list[tuple[Op, KEvent]] = []  # host-side comm op, its gloo range
+        # (device events, a start after today or None, Kineto's first and last times if a
+        # window was cut): what _finish reads of Kineto's events, kept by _release_inputs
+        self.kineto_facts: tuple | None = None
 
     # ----------------------------------------------------------------------------- steps
     def build(self) -> LinkedTrace:
@@ -257,6 +257,7 @@ class PytorchLinker:
             pytorch_edges.add_data_edges(self)
         elif self.kt is not None:
             pytorch_edges.add_kineto_autograd_edges(self)
+        self._release_inputs()
         split_host_ops(self)
         self._gloo_execution()
         self._finish()
@@ -267,6 +268,34 @@ class PytorchLinker:
                 "(the device trace holds no communication kernels): kept as COMM nodes timed "
                 "by their host calls (comm_host_timed)")
         return self.trace
+
+    def _release_inputs(self) -> None:
+        """Let go of the ET's nodes and Kineto's events once every op and the edges read from
+        them exist: the steps after this read only the launches' runtime calls, the gloo
+        ranges and a few counts, taken here. Cutting the host ops makes ops and edges, so
+        the memory let go here is reused by them rather than added to it (a rank's peak was
+        the end of linking, with both inputs still whole)."""
+        kt, et = self.kt, self.et
+        if kt is not None:
+            self.trace.annotations = [
+                (ev.name, ev.start * PS_PER_NS, ev.dur * PS_PER_NS, f"thread:{ev.tid}")
+                for ev in kt.host
+                if ev.cat == "user_annotation" and ev.name.startswith(KEPT_ANNOTATIONS)]
+            span = None
+            if self.window is not None:
+                span = (min([ev.start for ev in kt.host] + [ev.start for ev in kt.device]),
+                        max([ev.start + ev.dur for ev in kt.host]
+                            + [ev.start + ev.dur for ev in kt.device]))
+            self.kineto_facts = (len(kt.device), kt.starts_in_the_future(), span)
+            kt.host, kt.runtime, kt.device, kt.syncs = [], [], [], []
+            kt.flow_ends, kt.ids, kt.names = {}, {}, {}
+            self.threads, self.runtime_by_corr = {}, {}
+        if et is not None:
+            et.nodes, et.by_id = [], {}
+            self.selected, self.tops, self.pg_inits = None, [], []
+        self.match.release()
+        # ids of events now freed: a new object may take one
+        self.unknown_dur, self.c10d_on_device = set(), set()
 
     def _device_has_comm(self) -> bool:
         """Whether any device event is a communication kernel."""
@@ -977,7 +1006,8 @@ class PytorchLinker:
         if self.window is not None:
             self._report_left_out()
         if kt is not None:
-            stats["kineto_device_events"] = len(kt.device)
+            device_events, future, _ = self.kineto_facts
+            stats["kineto_device_events"] = device_events
             stats["input_bytes"] = stats.get("input_bytes", 0) + kt.raw_bytes
             trace.metadata.update(kineto_file=kt.path.name, kineto_events=kt.events_total)
             _say_doubts(kt, trace, stats)
@@ -989,7 +1019,6 @@ class PytorchLinker:
                 stats["duration_unknown"] = len(kt.unknown_dur)
                 trace.warnings.append(f"{kt.path}: {len(kt.unknown_dur)} events have no 'dur'; "
                                       "their nodes say duration_unknown (0 us, not measured)")
-            future = kt.starts_in_the_future()
             if future is not None:
                 when = datetime.fromtimestamp(future / 1e9, timezone.utc).strftime("%Y-%m-%d")
                 trace.metadata["kineto_clock_suspect"] = f"starts {when}, after the conversion"
@@ -1017,8 +1046,7 @@ class PytorchLinker:
         for one step): what was left out is said, counted and kept in the metadata."""
         trace, kt = self.trace, self.kt
         lo, hi = self.window
-        first = min([ev.start for ev in kt.host] + [ev.start for ev in kt.device])
-        last = max([ev.start + ev.dur for ev in kt.host] + [ev.start + ev.dur for ev in kt.device])
+        first, last = self.kineto_facts[2]
         text = (f"{self.left_out_host} host ops and {self.left_out_device} device events of the "
                 f"Kineto trace lie outside the host ET's window ({(lo - first) / 1e6:,.3f} to "
                 f"{(hi - first) / 1e6:,.3f} ms of Kineto's {(last - first) / 1e6:,.3f} ms): left out")
@@ -1031,7 +1059,7 @@ class PytorchLinker:
         trace, m = self.trace, self.match
         stats = trace.stats
         stats["host_ops"] = m.eligible
-        stats["host_matched"] = len(m.by_et)
+        stats["host_matched"] = m.matched
         stats["match_rate"] = round(m.rate, 4)
         trace.metadata["match_strategy"] = m.strategy
         names = f"{self.et.path} and {self.kt.path}"
@@ -1039,7 +1067,7 @@ class PytorchLinker:
         stats["pids_differ"] = pid_differs
         if m.rate < LOW_MATCH:
             trace.warnings.append(
-                f"{names}: only {len(m.by_et)} of {m.eligible} host ops "
+                f"{names}: only {m.matched} of {m.eligible} host ops "
                 f"({m.rate:.0%}) match Kineto{' and the pids differ' if pid_differs else ''}: "
                 "they look like two different runs; host times and launches are incomplete")
         elif pid_differs:

@@ -118,10 +118,20 @@ class Match:
     by_et: dict[int, KEvent] = field(default_factory=dict)
     strategy: str = "none"
     eligible: int = 0  # ET nodes that could match (all but the roots)
+    released: int | None = None  # how many matched, once by_et is let go (release)
+
+    @property
+    def matched(self) -> int:
+        return len(self.by_et) if self.released is None else self.released
 
     @property
     def rate(self) -> float:
-        return len(self.by_et) / self.eligible if self.eligible else 0.0
+        return self.matched / self.eligible if self.eligible else 0.0
+
+    def release(self) -> None:
+        """Let go of the matched events (the linker is done reading them); counts stay."""
+        self.released = self.matched
+        self.by_et = {}
 
 
 def _by_key(nodes: list[EtNode], host: list[KEvent], key: str) -> dict[int, KEvent]:
