@@ -51,6 +51,19 @@ def map_bytes(path: Path) -> Buffer:
         return _gunzip(path, mapped)
 
 
+def release_pages(data: object, start: int, end: int) -> None:
+    """Let the whole pages of data[start:end] go, where data is a mapped file (or a view of
+    one): they leave the process, and are read from the file again if touched again. A no-op
+    for bytes in memory, and where the platform has no MADV_DONTNEED."""
+    if isinstance(data, memoryview):
+        data = data.obj
+    if not isinstance(data, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    first, last = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE, end // mmap.PAGESIZE * mmap.PAGESIZE
+    if last > first:
+        data.madvise(mmap.MADV_DONTNEED, first, last - first)
+
+
 def _gunzip(path: Path, data: Buffer) -> bytes:
     # One zlib pass (wbits 31 = gzip framing); a decompressobj lets us tell a truncated
     # stream (no end-of-stream marker) from a corrupt one and name the offset reached.

@@ -36,6 +36,7 @@ except ImportError:  # run as plain Python without Cython installed
     from chakra_hooks.common.no_cython import cython
 
 from chakra_hooks.common.errors import TraceFormatError
+from chakra_hooks.linker.jsonio import release_pages
 from chakra_hooks.linker.xla import xspace_pb2
 
 StatValue = Union[int, float, str, bytes]
@@ -350,19 +351,7 @@ class XSpaceFile:
         process and are read again from the file if the plane is decoded again); a no-op for
         bytes in memory. Device collection calls it after each plane, so that a profile's
         device planes are never all resident at once beside their events."""
-        _release(self.data, *self.spans[index])
-
-
-def _release(data, start: int, end: int) -> None:
-    """Let the whole pages of data[start:end] go, where data is a mapped file (or a view of
-    one): they leave the process, and are read from the file again if touched again."""
-    if isinstance(data, memoryview):
-        data = data.obj
-    if not isinstance(data, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED"):
-        return
-    first, last = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE, end // mmap.PAGESIZE * mmap.PAGESIZE
-    if last > first:
-        data.madvise(mmap.MADV_DONTNEED, first, last - first)
+        release_pages(self.data, *self.spans[index])
 
 
 def read_xspace(path: Path | str) -> XSpaceFile:
@@ -541,7 +530,7 @@ class PlaneView:
         a line leave the process when the next line is asked for."""
         for i in range(len(self._line_spans)):
             yield self._line(i)
-            _release(self._data, *self._line_spans[i])
+            release_pages(self._data, *self._line_spans[i])
 
     def line(self, name: str) -> RawStatsLine | PartedLine | None:
         """The first line called ``name``."""
