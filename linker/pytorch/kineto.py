@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 import time
+from mmap import PAGESIZE
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +43,7 @@ except ImportError:  # run as plain Python without Cython installed
     from chakra_hooks.common.no_cython import cython
 
 from chakra_hooks.common.errors import TraceFormatError, json_kind
-from chakra_hooks.linker.jsonio import Buffer, decode, map_bytes
+from chakra_hooks.linker.jsonio import Buffer, decode, map_bytes, release_pages
 from chakra_hooks.linker.pytorch.kineto_events import NO_ARGS, CommonArgs, KArgs, KEvent
 
 HOST_CATS = frozenset(("cpu_op", "user_annotation"))
@@ -249,12 +250,17 @@ def _cut_events(raw: Buffer) -> tuple[_KinetoRest, Callable[[], Iterator[tuple[i
     view = memoryview(raw)
 
     def chunks() -> Iterator[tuple[int, list[KEvent]]]:
-        first = 0
+        first = done = 0
         for lo, hi in spans:
             try:
                 events = _EVENTS_DECODER.decode(b"[%b]" % view[lo:hi])
             except (msgspec.MsgspecError, UnicodeDecodeError):
                 raise _NotProved from None
+            # The chunk is copied out: a mapped file's pages up to its end leave the process
+            # (read again from the file if touched again), so that the file's pages and its
+            # events are not all resident at once.
+            release_pages(raw, done, hi)
+            done = hi - hi % PAGESIZE
             yield first, events
             first += len(events)
 
