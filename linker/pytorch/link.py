@@ -250,7 +250,10 @@ class PytorchLinker:
             self._host_ops_from_kineto()
         for ev, runtime, inner in device_links:
             self._device_op(ev, runtime, inner)
+        device_links = None  # their events go with Kineto's (_release_kineto)
         self._gloo_spans()
+        if self.et is not None:  # without an ET, Kineto's ranges give the autograd edges
+            self._release_kineto()
         self._order_edges()
         pytorch_edges.add_sync_edges(self)
         if self.et is not None:
@@ -269,14 +272,15 @@ class PytorchLinker:
                 "by their host calls (comm_host_timed)")
         return self.trace
 
-    def _release_inputs(self) -> None:
-        """Let go of the ET's nodes and Kineto's events once every op and the edges read from
-        them exist: the steps after this read only the launches' runtime calls, the gloo
-        ranges and a few counts, taken here. Cutting the host ops makes ops and edges, so
-        the memory let go here is reused by them rather than added to it (a rank's peak was
-        the end of linking, with both inputs still whole)."""
-        kt, et = self.kt, self.et
-        if kt is not None:
+    def _release_kineto(self) -> None:
+        """Let go of Kineto's host ranges and device events, and what indexes them, once every
+        op exists (and, without an ET, the autograd edges read from the ranges): the steps
+        after this read the runtime calls and ``cuda_sync`` records (add_sync_edges), the
+        gloo ranges and a few counts, taken here. The memory let go is reused by the edges
+        and the cut host ops made after it, rather than added to it: a rank's peak was the
+        end of linking, with both inputs whole. Done once."""
+        kt = self.kt
+        if kt is not None and self.kineto_facts is None:
             self.trace.annotations = [
                 (ev.name, ev.start * PS_PER_NS, ev.dur * PS_PER_NS, f"thread:{ev.tid}")
                 for ev in kt.host
@@ -287,15 +291,25 @@ class PytorchLinker:
                         max([ev.start + ev.dur for ev in kt.host]
                             + [ev.start + ev.dur for ev in kt.device]))
             self.kineto_facts = (len(kt.device), kt.starts_in_the_future(), span)
-            kt.host, kt.runtime, kt.device, kt.syncs = [], [], [], []
+            kt.host, kt.device = [], []
             kt.flow_ends, kt.ids, kt.names = {}, {}, {}
-            self.threads, self.runtime_by_corr = {}, {}
-        if et is not None:
-            et.nodes, et.by_id = [], {}
-            self.selected, self.tops, self.pg_inits = None, [], []
+            self.threads = {}
         self.match.release()
         # ids of events now freed: a new object may take one
         self.unknown_dur, self.c10d_on_device = set(), set()
+
+    def _release_inputs(self) -> None:
+        """Let go of the rest of both inputs once the edges read from them exist (the ET's
+        nodes give the data edges): cutting the host ops (split_host_ops) and the steps after
+        it read only the launches' runtime calls, the gloo ranges and the counts kept."""
+        self._release_kineto()
+        kt, et = self.kt, self.et
+        if kt is not None:
+            kt.runtime, kt.syncs = [], []
+            self.runtime_by_corr = {}
+        if et is not None:
+            et.nodes, et.by_id = [], {}
+            self.selected, self.tops, self.pg_inits = None, [], []
 
     def _device_has_comm(self) -> bool:
         """Whether any device event is a communication kernel."""
