@@ -9,12 +9,12 @@ from chakra_hooks.linker.model cimport Edge, Op
 
 @cython.locals(op=Op, node=EtNode, ops=list, edges=list, tops=list, seen=set, producer=dict,
                by_et=dict)
-cpdef object add_data_edges(object linker)
+cpdef list data_edges(object linker)
 
 
-@cython.locals(op=Op, node=EtNode, ops=list, edges=list, by_et=dict, stack=list, forward=dict,
+@cython.locals(op=Op, node=EtNode, ops=list, by_et=dict, stack=list, forward=dict,
                backward=dict)
-cpdef object _autograd_edges(object linker, list tops)
+cpdef object _autograd_edges(object linker, list tops, list edges)
 
 
 @cython.locals(e=Edge, op=Op, ops=list, starts=list, ends=list, kept=list, seen=set,

@@ -300,8 +300,10 @@ def _device_of(lane: str) -> str:
     return lane[:lane.rindex(":")]
 
 
-def add_data_edges(linker: PytorchLinker) -> None:
-    """DATA edges between host ops on different threads (same-thread order is HOST_ORDER's):
+def data_edges(linker: PytorchLinker) -> list[Edge]:
+    """DATA edges between host ops on different threads (same-thread order is HOST_ORDER's),
+    read from the ET's nodes as soon as the host ops exist (the linker then lets the nodes
+    go, and adds these edges in their place among the others):
 
     - through ET tensor ids: the last op that output a tensor -> each later op taking it in;
     - through autograd: the op that ran a forward node -> the op that ran its backward node
@@ -309,7 +311,7 @@ def add_data_edges(linker: PytorchLinker) -> None:
       (their nested kernels do), so without this the autograd thread would float free of
       the forward pass.
     """
-    ops, edges = linker.ops, linker.edges
+    ops, edges = linker.ops, []
     tops = []  # (plain loops, not comprehensions: the compiled build types `op` and `node`)
     for op in ops:
         if "et_id" in op.attrs and op.inputs is not None:
@@ -329,15 +331,16 @@ def add_data_edges(linker: PytorchLinker) -> None:
                 edges.append(Edge(src, uid, data))
         for tid in node.tensor_ids(outputs=True):
             producer[tid] = uid
-    _autograd_edges(linker, tops)
+    _autograd_edges(linker, tops, edges)
+    return edges
 
 
 def _ET_ID(op: object) -> int:  # noqa: N802 (a sort key, named like a constant)
     return op.attrs["et_id"]
 
 
-def _autograd_edges(linker: PytorchLinker, tops: list) -> None:
-    ops, edges, by_et = linker.ops, linker.edges, linker.et.by_id
+def _autograd_edges(linker: PytorchLinker, tops: list, edges: list[Edge]) -> None:
+    ops, by_et = linker.ops, linker.et.by_id
     forward: dict[int, int] = {}  # seq_id -> uid of the op that last ran that forward node
     backward: dict[str, bool] = {}  # node name -> is an autograd node (names are interned)
     data = _DATA

@@ -88,7 +88,7 @@ class KEvent(msgspec.Struct, gc=False):
     decoding and are replaced by integer nanoseconds by the reader: one slot each, so no
     float outlives the reader. ``parent`` (host ranges: the enclosing range on the same
     thread), ``op`` (uid of the linked-trace op this range became, -1 if none) and ``et``
-    (the matched host ET node) are filled in by the linker.
+    (the id of the matched host ET node) are filled in by the linker.
     """
 
     name: str = ""

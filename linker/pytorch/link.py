@@ -244,8 +244,13 @@ class PytorchLinker:
             self._read_through_emptied()
         device_links = self._prelink_device() if self.kt is not None else []
         self.comm_on_device = self._device_has_comm()
+        data_edges = None
         if self.et is not None:
             self._host_ops_from_et()
+            # Read from the ET's nodes now, added in their place below: nothing after this
+            # reads the nodes, and they go before the device ops and the edges are made.
+            data_edges = pytorch_edges.data_edges(self)
+            self._release_et()
         else:
             self._host_ops_from_kineto()
         for ev, runtime, inner in device_links:
@@ -256,8 +261,9 @@ class PytorchLinker:
             self._release_kineto()
         self._order_edges()
         pytorch_edges.add_sync_edges(self)
-        if self.et is not None:
-            pytorch_edges.add_data_edges(self)
+        if data_edges is not None:
+            self.edges.extend(data_edges)
+            data_edges = None
         elif self.kt is not None:
             pytorch_edges.add_kineto_autograd_edges(self)
         self._release_inputs()
@@ -298,18 +304,21 @@ class PytorchLinker:
         # ids of events now freed: a new object may take one
         self.unknown_dur, self.c10d_on_device = set(), set()
 
+    def _release_et(self) -> None:
+        """Let go of the ET's nodes once the host ops and the data edges are read from them;
+        the path, schema, pid, warnings and size stay for the metadata."""
+        et = self.et
+        et.nodes, et.by_id = [], {}
+        self.selected, self.tops, self.pg_inits = None, [], []
+
     def _release_inputs(self) -> None:
-        """Let go of the rest of both inputs once the edges read from them exist (the ET's
-        nodes give the data edges): cutting the host ops (split_host_ops) and the steps after
-        it read only the launches' runtime calls, the gloo ranges and the counts kept."""
+        """Let go of the rest of Kineto once the edges read from it exist: cutting the host
+        ops (split_host_ops) and the steps after it read only the launches' runtime calls,
+        the gloo ranges and the counts kept."""
         self._release_kineto()
-        kt, et = self.kt, self.et
-        if kt is not None:
-            kt.runtime, kt.syncs = [], []
+        if self.kt is not None:
+            self.kt.runtime, self.kt.syncs = [], []
             self.runtime_by_corr = {}
-        if et is not None:
-            et.nodes, et.by_id = [], {}
-            self.selected, self.tops, self.pg_inits = None, [], []
 
     def _device_has_comm(self) -> bool:
         """Whether any device event is a communication kernel."""
@@ -925,11 +934,11 @@ class PytorchLinker:
             if anc.name == RPC:
                 meta = from_kineto_args(anc.args)
                 if meta is None and anc.et is not None:
-                    meta = self.rpc_meta.get(anc.et.id)
+                    meta = self.rpc_meta.get(anc.et)
                 if meta is not None and meta.name != "wait":
                     return meta, name
-            elif anc.et is not None and anc.et.id in self.rpc_meta:
-                return self.rpc_meta[anc.et.id], name
+            elif anc.et is not None and anc.et in self.rpc_meta:
+                return self.rpc_meta[anc.et], name
             if name is None and (anc.name in C10D_OPS or anc.name.startswith("nccl:")):
                 name = anc.name
             if anc.name in C10D_OPS:

@@ -171,7 +171,7 @@ def match_et(et: HostEt, host: list[KEvent], threads: dict[tuple, KThread]) -> M
         by_seq = Match(_by_sequence(nodes, threads), "name_sequence", len(nodes))
         best = by_seq if len(by_seq.by_et) > len(best.by_et) else best
     for et_id, ev in best.by_et.items():
-        ev.et = et.by_id[et_id]
+        ev.et = et_id  # an id, not the node: the linker lets the nodes go before the events
     return best
 
 
