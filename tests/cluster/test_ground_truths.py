@@ -19,7 +19,9 @@ from .truths import STRAGGLER, Run, flat_plan, ratios, two_tier_plan
 WHY = unavailable()
 if WHY is not None and os.environ.get("CI") == "true":  # CI is root: the truths must run there
     raise RuntimeError(f"the emulated cluster cannot be made in CI: {WHY}")
-pytestmark = pytest.mark.skipif(WHY is not None, reason=f"no emulated cluster here: {WHY}")
+# extended: the two launches take about 3 minutes on 2 cores
+pytestmark = [pytest.mark.skipif(WHY is not None, reason=f"no emulated cluster here: {WHY}"),
+              pytest.mark.extended]
 PAIRS, NOISY_PAIRS = 3, 5
 # What a median of pairs is held to. The goal is 5 % (2 % as the aim) and the quiet-machine
 # medians are within it (docs/model-time.md); but pairs recorded while the machine's speed

@@ -114,6 +114,7 @@ def test_one_runs_et_predicts_the_others_span(volume_pair, a, b):
         assert ours.predicted_us == pytest.approx(checker, rel=0.01)
 
 
+@pytest.mark.extended  # shares the recordings of the test above (about 45 s to make)
 def test_whatif_command_scales_and_swaps(volume_pair):
     small, large = volume_pair[4], volume_pair[48]
     out = CliRunner().invoke(cli, ["whatif", "--json", "--comm-from", str(small), str(large)])
@@ -131,6 +132,7 @@ def test_whatif_command_scales_and_swaps(volume_pair):
     assert bad.exit_code != 0
 
 
+@pytest.mark.extended  # the same recordings
 def test_a_thread_waiting_for_a_collective_has_no_gap_for_it(volume_pair):
     """The main thread waits for each all-reduce: that is an edge, not a gap."""
     nodes = etio.read_et(volume_pair[48] / "chakra.0.et").nodes
