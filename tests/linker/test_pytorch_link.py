@@ -428,3 +428,23 @@ def test_an_op_call_that_outlives_the_range_it_is_in_is_cut_to_it() -> None:
     threads = index_threads([outer, inner, after, call, gloo])
     assert threads[(1, 1)].clipped == [inner] and inner.dur == 50 and after.parent is None
     assert not threads[(1, 2)].clipped and gloo.dur == 5_000
+
+
+def test_the_linker_lets_its_inputs_go_before_it_is_done(corpus: Path) -> None:
+    """The ET's nodes and Kineto's events are let go as soon as nothing reads them, so that the
+    ops and edges made afterwards reuse their memory (a rank's peak was the end of linking with
+    both inputs whole: docs/performance.md, "Peak memory")."""
+    from chakra_hooks.linker.pytorch.et import read_host_et
+    from chakra_hooks.linker.pytorch.kineto import read_kineto
+    from chakra_hooks.linker.pytorch.link import PytorchLinker, select_et
+
+    d = corpus / "pytorch/a100_resnet_nccl"
+    et, kt = read_host_et(d / "host_et.json.gz"), read_kineto(d / "kineto.json.gz")
+    nodes, host = len(et.nodes), len(kt.host)
+    linker = PytorchLinker(et, kt, None, select_et(et))
+    trace = linker.build()
+    assert nodes > 1000 and host > 1000
+    assert et.nodes == [] and et.by_id == {} and linker.tops == [] and linker.selected is None
+    assert kt.host == kt.device == kt.runtime == kt.syncs == [] and linker.threads == {}
+    assert linker.match.by_et == {} and linker.match.matched == trace.stats["host_matched"] > 1000
+    assert trace.stats["ops"] > 1000  # (same bytes as before the release: benchmarks/same_outputs.py)
