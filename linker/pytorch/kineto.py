@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import re
 import time
-from mmap import PAGESIZE
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from mmap import PAGESIZE
 from pathlib import Path
 from sys import intern
 from typing import Union

@@ -229,7 +229,7 @@ class PytorchLinker:
         self.kernel_names: dict[str, str | None] = {}  # kernel name -> kernel_collective()
         self.gloo_runs: list[tuple[Op, KEvent]] = []  # host-side comm op, its gloo range
         # (device events, a start after today or None, Kineto's first and last times if a
-        # window was cut): what _finish reads of Kineto's events, kept by _release_inputs
+        # window was cut): what _finish reads of Kineto's events, kept by _release_kineto
         self.kineto_facts: tuple | None = None
 
     # ----------------------------------------------------------------------------- steps
