@@ -61,17 +61,25 @@ def read_bytes(path: str | os.PathLike) -> tuple[bytes, bool]:
 
 
 def split_frames(buf: bytes, path: str | os.PathLike = "<bytes>") -> list[bytes]:
-    """Split a stream into its frames, each with its own length prefix.
+    """Split a stream into its frames, each with its own length prefix (validated as
+    :func:`frame_starts` says)."""
+    starts = frame_starts(buf, path)
+    return [buf[starts[i]:starts[i + 1]] for i in range(len(starts) - 1)]
+
+
+def frame_starts(buf: bytes, path: str | os.PathLike = "<bytes>") -> list[int]:
+    """Where each frame of a stream starts, and then where the stream ends.
 
     Validates the framing: every prefix complete, no zero-length message, no message running
     past the end of the file. This loop runs once per node, so it is written for speed: one-
     and two-byte length prefixes (messages under 16 KiB) are decoded inline.
     """
-    frames: list[bytes] = []
-    add = frames.append
+    starts: list[int] = []
+    add = starts.append
     pos, end = 0, len(buf)
     while pos < end:
         start = pos
+        add(start)
         size = buf[pos]
         if size < 0x80:
             pos += 1
@@ -88,8 +96,24 @@ def split_frames(buf: bytes, path: str | os.PathLike = "<bytes>") -> list[bytes]
                 path, f"byte {start}",
                 f"a message of {size} bytes, but the file ends {pos - end} bytes early (truncated?)",
             )
-        add(buf[start:pos])
-    return frames
+    add(end)
+    return starts
+
+
+def replace_frames(buf: bytes, starts: list[int], replaced: Iterable[tuple[int, bytes]]
+                   ) -> list[bytes | memoryview]:
+    """The stream ``buf`` (its frames at ``starts``: :func:`frame_starts`) with some frames
+    replaced (``replaced``: frame place, new frame, in increasing place), as pieces to write:
+    the stretches between the replaced frames are views of ``buf``, not copies of each frame."""
+    view = memoryview(buf)
+    pieces: list[bytes | memoryview] = []
+    at = 0
+    for place, frame in replaced:
+        pieces.append(view[at:starts[place]])
+        pieces.append(frame)
+        at = starts[place + 1]
+    pieces.append(view[at:])
+    return pieces
 
 
 def _decode_long_varint(buf: bytes, start: int, path: str | os.PathLike) -> tuple[int, int]:
@@ -249,6 +273,7 @@ def _current_umask() -> int:
 
 
 _UMASK = _current_umask()
+_WRITE_WHOLE = 1 << 20  # atomic_write writes a piece this long as it is, not joined first
 
 
 def atomic_write(path: str | os.PathLike, pieces: Iterable[bytes], compress: bool | None = None,
@@ -271,6 +296,13 @@ def atomic_write(path: str | os.PathLike, pieces: Iterable[bytes], compress: boo
                                 mtime=0) if compress else raw
             batch: list[bytes] = []
             for piece in pieces:
+                if len(piece) >= _WRITE_WHOLE:  # a long stretch of a file: not copied first
+                    chunk = b"".join(batch)
+                    out.write(chunk)
+                    out.write(piece)
+                    written += len(chunk) + len(piece)
+                    batch.clear()
+                    continue
                 batch.append(piece)
                 if len(batch) >= 8192:
                     chunk = b"".join(batch)

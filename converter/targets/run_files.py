@@ -35,16 +35,22 @@ def append_attrs(path: str, json_path: str | None, additions: list[tuple[int, by
 
     if not additions:
         return 0
+    added: dict[int, list[bytes]] = {}  # frame place -> its attributes, in the order given
+    for index, attr in additions:
+        added.setdefault(index + 1, []).append(attr)
     with storage.local_copy(path) as local:
         buf, compressed = etio.read_bytes(local)
-        frames = etio.split_frames(buf, local)
-        del buf
-        for index, attr in additions:
-            body = etio.frame_body(frames[index + 1]) + _NODE_ATTR_KEY + encode_varint(len(attr)) + attr
-            frames[index + 1] = encode_varint(len(body)) + body
-        etio.atomic_write(local, frames, compressed)
+        starts = etio.frame_starts(buf, local)
+        replaced = []
+        for place in sorted(added):
+            body = etio.frame_body(buf[starts[place]:starts[place + 1]]) + b"".join(
+                _NODE_ATTR_KEY + encode_varint(len(attr)) + attr for attr in added[place])
+            replaced.append((place, encode_varint(len(body)) + body))
+        pieces = etio.replace_frames(buf, starts, replaced)
+        etio.atomic_write(local, pieces, compressed)
     if json_path is not None:
         with storage.local_copy(json_path) as local_json:
+            frames = etio.split_frames(b"".join(pieces), path)
             etio.write_workload_json(local_json, etio.decode_frames(frames, path)[1])
     return sum(1 for _, attr in additions if _UNKNOWN_NAME in attr)
 
@@ -66,16 +72,17 @@ def rewrite_collectives(path: str, json_path: str | None, bodies: list[tuple[int
     name = Path(path).name
     with storage.local_copy(path) as local:
         buf, compressed = etio.read_bytes(local)
-        frames = etio.split_frames(buf, local)
-        del buf
+        starts = etio.frame_starts(buf, local)
         tally = summary.Tally()
         tally.merge(others_tally)
         for index, body in bodies:
-            frames[index + 1] = encode_varint(len(body)) + body
             tally.add_node(Node.FromString(body), name, index, check=False)
-        etio.atomic_write(local, frames, compressed)
-    metadata = GlobalMetadata.FromString(etio.frame_body(frames[0]))
+        new_frames = {index + 1: encode_varint(len(body)) + body for index, body in bodies}
+        pieces = etio.replace_frames(buf, starts, sorted(new_frames.items()))
+        etio.atomic_write(local, pieces, compressed)
+    metadata = GlobalMetadata.FromString(etio.frame_body(buf[starts[0]:starts[1]]))
     if json_path is not None:
         with storage.local_copy(json_path) as local_json:
+            frames = etio.split_frames(b"".join(pieces), path)
             etio.write_workload_json(local_json, etio.decode_frames(frames, path)[1])
     return tally.summary(name, metadata.version, summary.metadata_values(metadata)).to_json()
