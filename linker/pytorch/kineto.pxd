@@ -12,7 +12,7 @@ cpdef object _ns(object value)
 
 @cython.locals(pids=set, out_of=dict, ids=dict, names=dict, host=list, device=list, full_names=dict,
                common_events=list, common_raws=list, full_events=list, full_raws=list,
-               devices_before=Py_ssize_t, uncorrelated=Py_ssize_t, ev=KEvent)
+               devices_before=Py_ssize_t, uncorrelated=Py_ssize_t, ev=KEvent, phase_of=dict)
 cpdef object _read_events(object trace, list events, Py_ssize_t first)
 
 

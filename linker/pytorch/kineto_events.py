@@ -82,7 +82,9 @@ for _name in (f.name for f in msgspec.structs.fields(KArgs) if f.name not in _CO
 
 
 class KEvent(msgspec.Struct, gc=False):
-    """One Kineto event as decoded; kept ones get ``start`` / ``dur`` in integer ns.
+    """One Kineto complete event (phase ``X``) as decoded; kept ones get ``start`` / ``dur``
+    in integer ns. (The phase is the tag the reader decodes by: :class:`KEventAnyPhase` holds
+    it where the reader reads events of any phase.)
 
     ``start`` / ``dur`` hold the file's ``ts`` / ``dur`` (float or int microseconds) while
     decoding and are replaced by integer nanoseconds by the reader: one slot each, so no
@@ -93,7 +95,6 @@ class KEvent(msgspec.Struct, gc=False):
 
     name: str = ""
     cat: str = ""
-    ph: str = ""
     pid: object = None
     tid: object = None
     start: object = msgspec.field(default=None, name="ts")
@@ -110,4 +111,11 @@ class KEvent(msgspec.Struct, gc=False):
     @property
     def end(self) -> int:
         return self.start + self.dur
+
+
+class KEventAnyPhase(KEvent, gc=False):
+    """A Kineto event of any phase, with its phase: what the reader decodes where the phases
+    are not all known ones (linker/pytorch/kineto.py), and the ``ac2g`` flow ends."""
+
+    ph: str = ""
 

@@ -22,7 +22,6 @@ cdef extern class chakra_hooks.linker.pytorch.kineto_events.KEvent [check_size e
     cdef str name  # always a str (msgspec checks it when decoding): startswith is a C call
     cdef object op
     cdef object parent
-    cdef object ph
     cdef object pid
     cdef object start
     cdef object tid

@@ -145,7 +145,7 @@ def test_bad_event_named_by_index_past_first_chunk(tmp_path: Path, bad: bytes,
 
 
 def _same_events(a, b) -> bool:
-    fields = ("name", "cat", "ph", "pid", "tid", "start", "dur", "args", "id")
+    fields = ("name", "cat", "pid", "tid", "start", "dur", "args", "id")
     return [tuple(getattr(e, f) for f in fields) for e in a] == [
         tuple(getattr(e, f) for f in fields) for e in b]
 
@@ -189,12 +189,45 @@ def test_cuts_prove_the_document_or_give_way(text: bytes, cut: bool, monkeypatch
     monkeypatch.setattr(kineto, "CHUNK_BYTES", 1)  # a cut at every "},{"
     found = kineto._cut_events(text)
     try:
-        events = None if found is None else [ev.ph for _, part in found[1]() for ev in part]
+        events = None if found is None else [ev.ph for _, part in found[1](True) for ev in part]
     except kineto._NotProved:
         events = None
     assert (events is not None) == cut
     if cut:
         assert events == [ev["ph"] for ev in msgspec.json.decode(text)["traceEvents"]]
+
+
+@pytest.mark.parametrize("name", ["pytorch/a100_resnet_nccl/kineto.json.gz",
+                                  "vllm/mi300x_decode_full/graph_execution.json.gz"])
+def test_events_read_by_phase_as_when_read_whole(corpus: Path, name: str, monkeypatch) -> None:
+    """Events decoded by their phase (other phases as small structs) keep what decoding every
+    event whole keeps: the same events, other phases counted alike."""
+    from chakra_hooks.linker.pytorch import kineto
+    by_phase = read_kineto(corpus / name)
+    decode = kineto._decode_events
+    monkeypatch.setattr(kineto, "_decode_events", lambda array, any_phase: decode(array, True))
+    whole = read_kineto(corpus / name)
+    assert by_phase.events_total == whole.events_total > 0
+    for kept in ("host", "runtime", "device", "syncs", "unknown_dur"):
+        assert _same_events(getattr(by_phase, kept), getattr(whole, kept)), kept
+    assert by_phase.other_phases == whole.other_phases
+    assert by_phase.flow_ends == whole.flow_ends and by_phase.pids == whole.pids
+
+
+def test_a_phase_not_listed_reads_the_chunk_whole(tmp_path: Path) -> None:
+    """An event of a phase the reader does not list (or none) is read as before, with the
+    complete events beside it; a kept category's other phases are counted by phase."""
+    path = tmp_path / "phases.json"
+    path.write_bytes(b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", '
+                     b'"pid": 1, "tid": 1, "ts": 1, "dur": 4}, '
+                     b'{"ph": "Q", "cat": "cpu_op", "name": "odd"}, {"cat": "cpu_op", "name": "none"}, '
+                     b'{"ph": "B", "cat": "kernel", "name": "k"}, '
+                     b'{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 2, "dur": 1}]}')
+    trace = read_kineto(path)
+    assert [ev.name for ev in trace.host] == ["aten::mm"]
+    assert [ev.name for ev in trace.device] == ["k"]
+    assert trace.other_phases == {("cpu_op", "Q"): 1, ("cpu_op", ""): 1, ("kernel", "B"): 1}
+    assert trace.events_total == 5
 
 
 def test_chrome_array_form_reads(tmp_path: Path) -> None:

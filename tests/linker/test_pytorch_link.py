@@ -397,7 +397,7 @@ def test_host_ranges_in_entry_order_and_nested() -> None:
 
     rng = random.Random(7)
     # Annotations: ranges that may overlap without nesting (op calls that do are cut, below).
-    host = [KEvent(f"op{i}", "user_annotation", "X", pid=1, tid=1 + i % 2,
+    host = [KEvent(f"op{i}", "user_annotation", pid=1, tid=1 + i % 2,
                    start=rng.randrange(0, 40) * 10, dur=rng.randrange(0, 4) * 10)
             for i in range(3000)]
     threads = index_threads(list(host))
@@ -418,13 +418,13 @@ def test_an_op_call_that_outlives_the_range_it_is_in_is_cut_to_it() -> None:
     from chakra_hooks.linker.pytorch.kineto_events import KEvent
     from chakra_hooks.linker.pytorch.match import index_threads
 
-    outer = KEvent("autograd::engine::evaluate_function: SumBackward1", "cpu_op", "X", pid=1,
+    outer = KEvent("autograd::engine::evaluate_function: SumBackward1", "cpu_op", pid=1,
                    tid=1, start=0, dur=60)
-    inner = KEvent("SumBackward1", "cpu_op", "X", pid=1, tid=1, start=10, dur=20_000)
-    after = KEvent("aten::add", "cpu_op", "X", pid=1, tid=1, start=100, dur=5)
+    inner = KEvent("SumBackward1", "cpu_op", pid=1, tid=1, start=10, dur=20_000)
+    after = KEvent("aten::add", "cpu_op", pid=1, tid=1, start=100, dur=5)
     # gloo's ranges run on after the call that queued them: kept as they are
-    call = KEvent("c10d::recv_", "cpu_op", "X", pid=1, tid=2, start=0, dur=60)
-    gloo = KEvent("gloo:recv", "user_annotation", "X", pid=1, tid=2, start=20, dur=5_000)
+    call = KEvent("c10d::recv_", "cpu_op", pid=1, tid=2, start=0, dur=60)
+    gloo = KEvent("gloo:recv", "user_annotation", pid=1, tid=2, start=20, dur=5_000)
     threads = index_threads([outer, inner, after, call, gloo])
     assert threads[(1, 1)].clipped == [inner] and inner.dur == 50 and after.parent is None
     assert not threads[(1, 2)].clipped and gloo.dur == 5_000
