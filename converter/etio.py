@@ -87,17 +87,21 @@ def frame_starts(buf: bytes, path: str | os.PathLike = "<bytes>") -> list[int]:
             size = (size & 0x7F) | (buf[pos + 1] << 7)
             pos += 2
         else:
-            size, pos = _decode_long_varint(buf, start, path)
+            value, pos = _decode_long_varint(buf, start, path)
+            if value > end:  # (said here: the compiled build's size is a C integer)
+                raise TraceFormatError(path, f"byte {start}", _past_the_end(value, pos + value - end))
+            size = value
         if size == 0:
             raise TraceFormatError(path, f"byte {start}", "a non-empty message (zero length prefix)")
         pos += size
         if pos > end:
-            raise TraceFormatError(
-                path, f"byte {start}",
-                f"a message of {size} bytes, but the file ends {pos - end} bytes early (truncated?)",
-            )
+            raise TraceFormatError(path, f"byte {start}", _past_the_end(size, pos - end))
     add(end)
     return starts
+
+
+def _past_the_end(size: int, missing: int) -> str:
+    return f"a message of {size} bytes, but the file ends {missing} bytes early (truncated?)"
 
 
 def replace_frames(buf: bytes, starts: list[int], replaced: Iterable[tuple[int, bytes]]
