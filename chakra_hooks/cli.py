@@ -488,7 +488,7 @@ def timeline(files: tuple[str, ...], output: str, comm: tuple[str, ...], compute
             flows=not no_flows, only=chosen,
             comm_from=list(_et_files((comm_from,))) if comm_from else None, show=shown,
             every_rank=every_rank, warn=_warn)
-        recorded, predicted = drawn.recorded, drawn.predicted
+        recorded = drawn.recorded
     except ValueError as exc:  # --comm-from: not the same program
         _fail(str(exc))
     if Path(output).is_dir():

@@ -107,7 +107,7 @@ def add_sync_edges(linker: PytorchLinker) -> None:
     exact = {rec.args.correlation: rec for rec in linker.kt.syncs
              if type(rec.args.correlation) is int}
     last_record: dict[tuple, int] = {}
-    edges, window = linker.edges, linker.window
+    window = linker.window
     calls = sorted((rt for rt in linker.kt.runtime if rt.name in SYNC_NAMES),
                    key=lambda rt: rt.start)
     if not any(rt.name in WAIT_EVENT for rt in calls):
