@@ -84,6 +84,7 @@ def small_et(tmp_path: Path) -> bytes:
 @pytest.mark.parametrize("case, expected", [
     ("empty", "the file is empty"),
     ("truncated", "truncated"),
+    ("huge_length", "bytes early"),  # a length no C size holds (the compiled build's is one)
     ("prefix_cut", "length prefix"),
     ("zero_length", "zero length prefix"),
     ("not_an_et", "a Chakra ET, but this is a JSON file"),  # what it is, not where it broke
@@ -94,6 +95,7 @@ def test_bad_input_names_file_and_place(tmp_path: Path, small_et: bytes, case: s
     data = {
         "empty": b"",
         "truncated": small_et[:-3],
+        "huge_length": small_et + b"\xff" * 9 + b"\x01",
         "prefix_cut": small_et + b"\x85",
         "zero_length": small_et + b"\x00",
         "not_an_et": b"{\"schema\": \"1.0.1\", \"nodes\": []}\n" * 3,
