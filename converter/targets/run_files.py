@@ -50,8 +50,7 @@ def append_attrs(path: str, json_path: str | None, additions: list[tuple[int, by
         etio.atomic_write(local, pieces, compressed)
     if json_path is not None:
         with storage.local_copy(json_path) as local_json:
-            frames = etio.split_frames(b"".join(pieces), path)
-            etio.write_workload_json(local_json, etio.decode_frames(frames, path)[1])
+            etio.write_workload_json(local_json, etio.decode_et(b"".join(pieces), path)[1])
     return sum(1 for _, attr in additions if _UNKNOWN_NAME in attr)
 
 
@@ -83,6 +82,5 @@ def rewrite_collectives(path: str, json_path: str | None, bodies: list[tuple[int
     metadata = GlobalMetadata.FromString(etio.frame_body(buf[starts[0]:starts[1]]))
     if json_path is not None:
         with storage.local_copy(json_path) as local_json:
-            frames = etio.split_frames(b"".join(pieces), path)
-            etio.write_workload_json(local_json, etio.decode_frames(frames, path)[1])
+            etio.write_workload_json(local_json, etio.decode_et(b"".join(pieces), path)[1])
     return tally.summary(name, metadata.version, summary.metadata_values(metadata)).to_json()
