@@ -327,10 +327,12 @@ def _split_events(path: Path, raw: Buffer
                 # A typed field of one event is wrong: name the event.
                 raise TraceFormatError(path, _where(exc, lo), "an event with name, pid, tid, "
                                        f"numeric ts / dur ({exc})") from exc
-            except UnicodeDecodeError as exc:
+            except (UnicodeDecodeError, msgspec.DecodeError) as exc:
+                # The split proved the JSON's structure, not its strings' bytes (msgspec checks
+                # those as it decodes them): a byte that is not UTF-8, or a bad escape.
                 raise TraceFormatError(path, f"traceEvents[{lo}..{lo + CHUNK - 1}]",
-                                       "UTF-8 text (a byte in these events is not: the file is "
-                                       "damaged)") from exc
+                                       f"UTF-8 text ({exc}: a byte in these events is not; the "
+                                       "file is damaged)") from exc
 
     return doc, chunks
 
@@ -558,6 +560,10 @@ def _set_args(trace: KinetoTrace, events: list[KEvent], first: int, kept: list[K
         if index is not None:  # kept[index] is an event of this chunk: name it by its place
             where = f"traceEvents[{first + _place(events, kept[index])}]"
         raise TraceFormatError(trace.path, where, f"'args' an object or null ({exc})") from exc
+    except (UnicodeDecodeError, msgspec.DecodeError) as exc:  # a string's bytes (see chunks)
+        raise TraceFormatError(trace.path, f"traceEvents[{first}..{first + len(events) - 1}].args",
+                               f"UTF-8 text ({exc}: a byte in these events' args is not; the "
+                               "file is damaged)") from exc
     no_args = NO_ARGS
     for ev, args in zip(kept, decoded):
         ev.args = args or no_args

@@ -144,6 +144,33 @@ def test_bad_event_named_by_index_past_first_chunk(tmp_path: Path, bad: bytes,
         assert f"traceEvents[{index}]" in message and expected in message and "\n" not in message
 
 
+@pytest.mark.parametrize("bad", [
+    b'{"ph": "X", "cat": "cpu_op", "name": "a\xff", "pid": 1, "tid": 1, "ts": 1, "dur": 1}',
+    b'{"ph": "f", "cat": "ac2g", "name": "\xc3(", "pid": 1, "tid": 1, "ts": 1, "id": 3}',
+    b'{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1, '
+    b'"args": {"External id": "\x80"}}',
+    b'{"ph": "X", "cat": "cpu_op", "name": "a\\q", "pid": 1, "tid": 1, "ts": 1, "dur": 1}',
+], ids=["complete-event-name", "flow-name", "args", "bad-escape"])
+def test_strings_that_are_not_utf8_are_one_line_errors(tmp_path: Path, bad: bytes) -> None:
+    """A byte flipped inside a string (found by the fuzz tests: msgspec's own DecodeError came
+    out). The array's split proves its structure, not its strings: the chunk's decode says so,
+    on both paths (the reader's cuts and msgspec's split, which an odd name forces)."""
+    from chakra_hooks.linker.pytorch.kineto import CHUNK, CHUNK_BYTES
+    good = b'{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1}'
+    odd = good.replace(b'"a"', b'"a},{b"')
+    index = max(CHUNK, CHUNK_BYTES // len(good)) + 7
+    for events in ([good] * index + [bad, good], [odd] * 3 + [good] * index + [bad]):
+        path = tmp_path / "bad_text.json"
+        path.write_bytes(b'{"traceEvents": [' + b",".join(events) + b"]}")
+        with pytest.raises(TraceFormatError) as info:
+            read_kineto(path)
+        message = str(info.value)
+        assert str(path) in message and "\n" not in message
+        # a bad escape is found by the split itself, which names its byte
+        assert ("traceEvents[" in message and "UTF-8" in message
+                or "byte " in message and "escape" in message), message
+
+
 def _same_events(a, b) -> bool:
     fields = ("name", "cat", "pid", "tid", "start", "dur", "args", "id")
     return [tuple(getattr(e, f) for f in fields) for e in a] == [
