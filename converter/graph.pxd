@@ -13,7 +13,8 @@ cpdef object round_us(object ps)
 @cython.locals(op=Op)
 cpdef bint _all_whole_ns(list ops) except -1
 @cython.locals(io=TensorIO)
-cpdef bytes _make_node(Op op, object deps, str exact_unit, NodeEncoder enc, Tally tally)
+cpdef bytes _make_node(Op op, object deps, str exact_unit, NodeEncoder enc, Tally tally,
+                       object base_ps, object base_us, object base_ns)
 
 
 @cython.locals(incoming=dict, places=list, stats=dict, data=list, ctrl=list,

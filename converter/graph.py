@@ -127,6 +127,8 @@ def build_graph(trace: LinkedTrace, target: str | Target = Target.FULL, keep_mem
     by_place = type(deps) is list
     exact_unit = "ns" if _all_whole_ns(ops) else "ps"
     stats.update(ops=len(trace.ops))
+    base_ps = _time_base(ops)
+    base_us, base_ns = base_ps // PS_PER_US, base_ps // 1000
     if consume:
         trace.ops, trace.edges = [], []
     bodies = []
@@ -147,7 +149,8 @@ def build_graph(trace: LinkedTrace, target: str | Target = Target.FULL, keep_mem
         else:
             node_deps = deps.pop(op.uid, None)
         try:
-            bodies.append(_make_node(op, node_deps, exact_unit, encoder, tally))
+            bodies.append(_make_node(op, node_deps, exact_unit, encoder, tally, base_ps, base_us,
+                                     base_ns))
         except ValueError as exc:  # a number the trace gave that no Chakra field holds
             raise TraceFormatError(_sources(trace), f"op {op.name[:60]!r}",
                                    f"values a Chakra node can hold ({exc})") from None
@@ -169,6 +172,15 @@ def _sources(trace: LinkedTrace) -> str:
     names = [str(trace.metadata[key]) for key in ("host_et_file", "kineto_file", "source_file")
              if key in trace.metadata]
     return ", ".join(names) or f"rank {trace.rank}"
+
+
+def _time_base(ops: list[Op]) -> int:
+    """A whole microsecond at the first timed op's start (0 if none): nodes' times are worked
+    out from their offsets to it (see _make_node)."""
+    for op in ops:
+        if op.start_ps is not None:
+            return op.start_ps // PS_PER_US * PS_PER_US
+    return 0
 
 
 def _all_whole_ns(ops: list[Op]) -> bool:
@@ -476,9 +488,11 @@ def _drop_edges_against_time(incoming: dict[int, dict[int, EdgeKind]], kept: dic
     return dropped
 
 
-def _make_node(op: Op, deps: Deps | None, exact_unit: str, enc: NodeEncoder, tally: Tally
-               ) -> bytes:
-    """One Chakra node, serialised (converter/wire.py) and counted. Runs once per node."""
+def _make_node(op: Op, deps: Deps | None, exact_unit: str, enc: NodeEncoder, tally: Tally,
+               base_ps: int, base_us: int, base_ns: int) -> bytes:
+    """One Chakra node, serialised (converter/wire.py) and counted. Runs once per node.
+    ``base_ps``: a whole microsecond near the op's times (_time_base), as ``base_us`` and
+    ``base_ns`` too."""
     if deps is None:
         data, ctrl = (), ()
     elif type(deps) is int:  # one source (see _resolve_edges)
@@ -497,9 +511,18 @@ def _make_node(op: Op, deps: Deps | None, exact_unit: str, enc: NodeEncoder, tal
     node_type = _NODE_TYPE[kind]
     # The end is rounded like the start, so that an edge that holds in picoseconds holds in
     # microseconds too (a rounded duration could end a parent 1 us after its child starts).
-    start_us = None if start_ps is None else round_us(start_ps)
-    duration_us = 0 if dur_ps is None else (
-        round_us(dur_ps) if start_us is None else round_us(start_ps + dur_ps) - start_us)
+    # Times since the epoch in picoseconds are beyond 64 bits; their offsets to the base are
+    # not, and, the base being a whole microsecond, round alike: base_us + round_us(offset)
+    # is round_us(start_ps) exactly (as base_ns + offset // 1000 is start_ps // 1000).
+    offset = None
+    if start_ps is None:
+        start_us = None
+        duration_us = 0 if dur_ps is None else round_us(dur_ps)
+    else:
+        offset = start_ps - base_ps
+        offset_us = round_us(offset)
+        start_us = base_us + offset_us
+        duration_us = 0 if dur_ps is None else round_us(offset + dur_ps) - offset_us
     buf = _new_buffer()
     enc.head(buf, op.uid, enc.name(op.name, node_type), ctrl, data, start_us, duration_us)
     io = op.inputs
@@ -517,7 +540,7 @@ def _make_node(op: Op, deps: Deps | None, exact_unit: str, enc: NodeEncoder, tal
     if is_comm and on_host:
         enc.attr(buf, "host_side", True)
     if exact_unit == "ns":
-        enc.timing(buf, exact_unit, None if start_ps is None else start_ps // 1000,
+        enc.timing(buf, exact_unit, None if offset is None else base_ns + offset // 1000,
                    None if dur_ps is None else dur_ps // 1000)
     else:
         enc.timing(buf, exact_unit, start_ps, dur_ps)
