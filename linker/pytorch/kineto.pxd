@@ -23,3 +23,7 @@ cpdef object _set_args(object trace, list events, Py_ssize_t first, list kept, l
 
 @cython.locals(ev=KEvent, kept=list, starts=set, shared=set, seen=set, unique=list)
 cpdef object drop_duplicates(object trace)
+
+
+@cython.locals(ev=KEvent, kept=list, bad=list, sample=list)
+cpdef object drop_out_of_range(object trace)

@@ -496,13 +496,20 @@ def drop_out_of_range(trace: KinetoTrace) -> None:
     swallowed the 7,325 later ops of its thread. Kept in ``out_of_range`` for the linker's
     warning and the metadata."""
     lists = (trace.host, trace.runtime, trace.device, trace.syncs)
-    sample = sorted(ev.start for kept in lists for ev in kept[::997] or kept[:1])
+    sample = []
+    for kept in lists:  # loops, not a generator: the compiled build types ``ev`` (kineto.pxd)
+        for ev in kept[::997] or kept[:1]:
+            sample.append(ev.start)
+    sample.sort()
     if not sample:
         return
     middle = sample[len(sample) // 2]
     lo, hi = middle - _DAY_NS, middle + _DAY_NS
     for kept in lists:
-        bad = [ev for ev in kept if not lo <= ev.start <= hi or ev.dur > _DAY_NS]
+        bad = []
+        for ev in kept:
+            if not lo <= ev.start <= hi or ev.dur > _DAY_NS:
+                bad.append(ev)
         if bad:
             trace.out_of_range.extend(bad)
             dropped = set(map(id, bad))

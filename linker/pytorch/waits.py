@@ -51,6 +51,7 @@ WOKEN_LATE_PS = 2_000_000_000  # 2 ms
 MERGE_LAUNCHES_PS = 5_000_000  # 5 us
 _LAUNCH, _PARENT, _SYNC, _HOST_ORDER = (EdgeKind.LAUNCH, EdgeKind.PARENT, EdgeKind.SYNC,
                                         EdgeKind.HOST_ORDER)
+_COMPUTE = OpKind.COMPUTE  # bound once: an enum member read off its class costs ten globals
 
 
 class _Cut:  # a C class when compiled (linker/pytorch/waits.pxd)
@@ -254,7 +255,7 @@ def _apply(ops: list[Op], edges: list[Edge], uid: int, found: list[_Cut],
     for i, cut in enumerate(merged):
         before = parts[-1]
         nxt = merged[i + 1].a if i + 1 < len(merged) else end
-        part = Op(len(ops), host.name, OpKind.COMPUTE, False, host.lane, cut.b, nxt - cut.b)
+        part = Op(len(ops), host.name, _COMPUTE, False, host.lane, cut.b, nxt - cut.b)
         part.attrs["segment"] = i + 1
         ops.append(part)
         parts.append(part)
@@ -263,8 +264,9 @@ def _apply(ops: list[Op], edges: list[Edge], uid: int, found: list[_Cut],
             if e.kind == _PARENT:
                 e.kind = _HOST_ORDER
         edges.append(Edge(before.uid, part.uid, _HOST_ORDER))
-        for w in dict.fromkeys(cut.awaited):
-            edges.append(Edge(w, part.uid, _SYNC))
+        if cut.awaited:
+            for w in dict.fromkeys(cut.awaited):
+                edges.append(Edge(w, part.uid, _SYNC))
     tail = parts[-1].uid
     for e in leaving:  # what the op's end released now leaves from its last part
         if id(e) not in tied:
