@@ -12,6 +12,10 @@ cdef long long _C_US, _C_HALF_US
 cpdef object round_us(object ps)
 @cython.locals(op=Op)
 cpdef bint _all_whole_ns(list ops) except -1
+@cython.locals(op=Op)
+cpdef object build_graph(object trace, object target=*, object keep_mem=*, object consume=*)
+
+
 @cython.locals(io=TensorIO)
 cpdef bytes _make_node(Op op, object deps, str exact_unit, NodeEncoder enc, Tally tally,
                        object base_ps, object base_us, object base_ns)
