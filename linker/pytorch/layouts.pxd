@@ -40,7 +40,7 @@ cdef extern class chakra_hooks.linker.pytorch.et_nodes.EtNode [check_size error]
     cdef object inclusive_dur
     cdef object input_shapes
     cdef object input_types
-    cdef object name
+    cdef str name  # always a str (msgspec checks it when decoding): startswith is a C call
     cdef object output_shapes
     cdef object output_types
     cdef object parent
