@@ -50,6 +50,12 @@ cdef class PytorchLinker:
     @cython.locals(anc=KEvent)
     cpdef tuple _ancestor_comm(self, KEvent anc)
 
+    @cython.locals(ev=KEvent, annotations=list)
+    cpdef object _release_kineto(self)
+
+    @cython.locals(ev=KEvent, ranges=list, comms=list)
+    cpdef object _gloo_spans(self)
+
     @cython.locals(op=Op, edges=list)
     cpdef object _order_edges(self)
 

@@ -287,10 +287,12 @@ class PytorchLinker:
         end of linking, with both inputs whole. Done once."""
         kt = self.kt
         if kt is not None and self.kineto_facts is None:
-            self.trace.annotations = [
-                (ev.name, ev.start * PS_PER_NS, ev.dur * PS_PER_NS, f"thread:{ev.tid}")
-                for ev in kt.host
-                if ev.cat == "user_annotation" and ev.name.startswith(KEPT_ANNOTATIONS)]
+            annotations = []
+            for ev in kt.host:  # a loop, not a comprehension: the compiled build types ``ev``
+                if ev.cat == "user_annotation" and ev.name.startswith(KEPT_ANNOTATIONS):
+                    annotations.append((ev.name, ev.start * PS_PER_NS, ev.dur * PS_PER_NS,
+                                        f"thread:{ev.tid}"))
+            self.trace.annotations = annotations
             span = None
             if self.window is not None:
                 span = (min([ev.start for ev in kt.host] + [ev.start for ev in kt.device]),
@@ -743,7 +745,11 @@ class PytorchLinker:
         gloo runs one collective at a time (DDP's buckets run on several threads at once)."""
         if self.kt is None:
             return
-        ranges = sorted((ev for ev in self.kt.host if ev.name.startswith(GLOO_RANGE)), key=_START)
+        ranges = []
+        for ev in self.kt.host:  # loops, not generators: the compiled build types ``ev``
+            if ev.name.startswith(GLOO_RANGE):
+                ranges.append(ev)
+        ranges.sort(key=_START)
         if not ranges:
             return
         paired = self._gloo_by_record_function(ranges)
@@ -752,8 +758,11 @@ class PytorchLinker:
                 _extend_to(op, ev)
                 self.gloo_runs.append((op, ev))
             return
-        comms = sorted((op for op in self.ops if op.attrs.get("host_side_collective")
-                        and op.start_ps is not None), key=_START_PS)
+        comms = []
+        for op in self.ops:
+            if op.attrs.get("host_side_collective") and op.start_ps is not None:
+                comms.append(op)
+        comms.sort(key=_START_PS)
         starts = [ev.start * PS_PER_NS for ev in ranges]
         used = set()
         for op, following in zip(comms, [*comms[1:], None]):
