@@ -2,7 +2,7 @@
 # the per-node loops' nodes as EtNode (linker/pytorch/layouts.pxd), so that their fields are read and
 # written as C struct members, and their containers as the builtin types they are.
 cimport cython
-from chakra_hooks.linker.pytorch.layouts cimport EtNode
+from chakra_hooks.linker.pytorch.layouts cimport EtNode, StdRfId, StdScope, StdSeqId, StdTid
 from chakra_hooks.linker.pytorch.et_nodes cimport as_json
 
 
@@ -19,6 +19,7 @@ cpdef object _keep_texts(list nodes)
 cpdef object _finish_nodes(list nodes, object path)
 
 
+@cython.locals(rf=StdRfId, seq=StdSeqId, scope=StdScope, tid=StdTid)
 cpdef object _set_std_attrs(EtNode node, list attr_list)
 
 

@@ -27,7 +27,8 @@ import msgspec
 from chakra_hooks.common.errors import TraceFormatError, json_kind
 from chakra_hooks.linker.pytorch import et_nodes as pytorch_et_nodes
 from chakra_hooks.linker.jsonio import decode, map_bytes
-from chakra_hooks.linker.pytorch.et_nodes import NULL, EtNode, IORaw, as_json
+from chakra_hooks.linker.pytorch.et_nodes import (NULL, EtNode, IORaw, StdAttr, StdRfId, StdScope,
+                                                 StdSeqId, StdTid, as_json)
 
 KNOWN_SCHEMAS = ("1.0.1", "1.0.2", "1.0.3", "1.0.4", "1.1.0", "1.1.1")
 USER_SCOPE = 7  # RecordScope::USER_SCOPE: record_function annotations and the ET roots
@@ -48,31 +49,8 @@ _ATTRS_DECODER = msgspec.json.Decoder(list[EtAttr])
 _ATTR_LISTS_DECODER = msgspec.json.Decoder(list[list[EtAttr]])
 
 
-# The standard attrs (_STANDARD_ATTRS) as a union tagged by "name": decoding one builds no
-# name string, and skips the values never read (op_schema, kernel_file...). A chunk of
-# nodes with any other attr fails this decoder and is decoded as EtAttr lists instead.
-class _Std(msgspec.Struct, tag_field="name", gc=False):
-    pass
-
-
-class _StdRfId(_Std, tag="rf_id"):
-    value: object = None
-
-
-class _StdSeqId(_Std, tag="seq_id"):
-    value: object = None
-
-
-class _StdScope(_Std, tag="scope"):
-    value: object = None
-
-
-class _StdTid(_Std, tag="tid"):
-    value: object = None
-
-
-_STD_VALUED = {_StdRfId: "rf_id", _StdSeqId: "seq_id", _StdScope: "scope", _StdTid: "tid"}
-_STD_OTHERS = tuple(type(f"_Std_{n}", (_Std,), {}, tag=n) for n in sorted(
+_STD_VALUED = {StdRfId: "rf_id", StdSeqId: "seq_id", StdScope: "scope", StdTid: "tid"}
+_STD_OTHERS = tuple(type(f"_Std_{n}", (StdAttr,), {}, tag=n) for n in sorted(
     _STANDARD_ATTRS - set(_STD_VALUED.values())))
 _STD_LAST = tuple(t for t in _STD_OTHERS if t.__struct_config__.tag in _STANDARD_LAST)
 _STD_UNION = Union[tuple(_STD_VALUED) + _STD_OTHERS]  # type: ignore[misc]
@@ -215,10 +193,11 @@ def _set_attrs(node: EtNode, attr_list: list[EtAttr]) -> None:
             and attr_list[-1].name in _STANDARD_LAST):
         # The layout torch writes for ordinary ops (rf_id, fw_parent, seq_id, scope, tid,
         # fw_tid, op_schema[, kernel_backend, kernel_file, tensor_range]): no dict needed.
-        node.rf_id = attr_list[0].value or 0
-        node.seq_id = attr_list[2].value
-        node.scope = attr_list[3].value
-        node.tid = attr_list[4].value
+        rf, seq, scope, tid = attr_list[0], attr_list[2], attr_list[3], attr_list[4]
+        node.rf_id = rf.value or 0
+        node.seq_id = seq.value
+        node.scope = scope.value
+        node.tid = tid.value
         return
     attrs = {a.name: a.value for a in attr_list}
     node.rf_id = attrs.pop("rf_id", 0) or 0
@@ -274,15 +253,16 @@ def _finish_nodes(nodes: list[EtNode], path: Path) -> None:
                 _set_attrs(node, attr_list)
 
 
-def _set_std_attrs(node: EtNode, attr_list: list[_Std]) -> None:
+def _set_std_attrs(node: EtNode, attr_list: list[StdAttr]) -> None:
     """_set_attrs for a list of standard attrs only (decoded as the tagged union)."""
-    if (len(attr_list) in _STANDARD_LENGTHS and type(attr_list[0]) is _StdRfId
-            and type(attr_list[2]) is _StdSeqId and type(attr_list[3]) is _StdScope
-            and type(attr_list[4]) is _StdTid and type(attr_list[-1]) in _STD_LAST):
-        node.rf_id = attr_list[0].value or 0
-        node.seq_id = attr_list[2].value
-        node.scope = attr_list[3].value
-        node.tid = attr_list[4].value
+    if (len(attr_list) in _STANDARD_LENGTHS and type(attr_list[0]) is StdRfId
+            and type(attr_list[2]) is StdSeqId and type(attr_list[3]) is StdScope
+            and type(attr_list[4]) is StdTid and type(attr_list[-1]) in _STD_LAST):
+        rf, seq, scope, tid = attr_list[0], attr_list[2], attr_list[3], attr_list[4]
+        node.rf_id = rf.value or 0
+        node.seq_id = seq.value
+        node.scope = scope.value
+        node.tid = tid.value
         return
     # Any other order: as _set_attrs' dict (the last of a repeated name wins).
     found = {"rf_id": 0, "seq_id": -1, "tid": 0, "scope": 0}
@@ -294,7 +274,7 @@ def _set_std_attrs(node: EtNode, attr_list: list[_Std]) -> None:
     node.seq_id, node.tid, node.scope = found["seq_id"], found["tid"], found["scope"]
 
 
-def _decode_std_chunk(raws: list[msgspec.Raw]) -> list[list[_Std]] | None:
+def _decode_std_chunk(raws: list[msgspec.Raw]) -> list[list[StdAttr]] | None:
     """The attrs lists when all of them hold standard attrs only, else None."""
     if not raws:
         return []

@@ -47,6 +47,31 @@ def _internal(name: str, default: object = None) -> object:
     return msgspec.field(default=default, name="chakra_hooks.internal." + name)
 
 
+# The standard attrs (et.py's _STANDARD_ATTRS) as a union tagged by "name": decoding one
+# builds no name string, and skips the values never read (op_schema, kernel_file...). A chunk
+# of nodes with any other attr fails that decoder and is decoded as EtAttr lists instead.
+# They live here, not in et.py, so that layouts.pxd can declare the four that carry a value
+# for et.py's compiled build (a module cannot declare its own classes as extern).
+class StdAttr(msgspec.Struct, tag_field="name", gc=False):
+    pass
+
+
+class StdRfId(StdAttr, tag="rf_id"):
+    value: object = None
+
+
+class StdSeqId(StdAttr, tag="seq_id"):
+    value: object = None
+
+
+class StdScope(StdAttr, tag="scope"):
+    value: object = None
+
+
+class StdTid(StdAttr, tag="tid"):
+    value: object = None
+
+
 class EtNode(msgspec.Struct, gc=False):
     """One ET node, decoded straight from either layout.
 

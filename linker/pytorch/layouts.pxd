@@ -52,3 +52,21 @@ cdef extern class chakra_hooks.linker.pytorch.et_nodes.EtNode [check_size error]
     cdef object stream
     cdef object tid
     cdef object ts
+
+
+# The standard ET attrs that carry a value (et_nodes.py), read once per node by et.py's
+# _set_std_attrs.
+cdef extern class chakra_hooks.linker.pytorch.et_nodes.StdRfId [check_size error]:
+    cdef object value
+
+
+cdef extern class chakra_hooks.linker.pytorch.et_nodes.StdSeqId [check_size error]:
+    cdef object value
+
+
+cdef extern class chakra_hooks.linker.pytorch.et_nodes.StdScope [check_size error]:
+    cdef object value
+
+
+cdef extern class chakra_hooks.linker.pytorch.et_nodes.StdTid [check_size error]:
+    cdef object value

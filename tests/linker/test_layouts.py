@@ -62,8 +62,9 @@ def test_declared_fields_are_the_slots_in_offset_order(module: str, name: str, f
     assert cls.__struct_config__.gc is False  # see pytorch/layouts.pxd: direct writes skip GC tracking
 
 
-def test_both_structs_are_declared() -> None:
-    assert {name for _, name, _ in _declared()} == {"KEvent", "EtNode"}
+def test_the_structs_are_declared() -> None:
+    assert {name for _, name, _ in _declared()} == {"KEvent", "EtNode", "StdRfId", "StdSeqId",
+                                                    "StdScope", "StdTid"}
 
 
 def _declared_str() -> list[tuple[str, str, str]]:
