@@ -193,11 +193,10 @@ def _set_attrs(node: EtNode, attr_list: list[EtAttr]) -> None:
             and attr_list[-1].name in _STANDARD_LAST):
         # The layout torch writes for ordinary ops (rf_id, fw_parent, seq_id, scope, tid,
         # fw_tid, op_schema[, kernel_backend, kernel_file, tensor_range]): no dict needed.
-        rf, seq, scope, tid = attr_list[0], attr_list[2], attr_list[3], attr_list[4]
-        node.rf_id = rf.value or 0
-        node.seq_id = seq.value
-        node.scope = scope.value
-        node.tid = tid.value
+        node.rf_id = attr_list[0].value or 0
+        node.seq_id = attr_list[2].value
+        node.scope = attr_list[3].value
+        node.tid = attr_list[4].value
         return
     attrs = {a.name: a.value for a in attr_list}
     node.rf_id = attrs.pop("rf_id", 0) or 0
@@ -258,6 +257,7 @@ def _set_std_attrs(node: EtNode, attr_list: list[StdAttr]) -> None:
     if (len(attr_list) in _STANDARD_LENGTHS and type(attr_list[0]) is StdRfId
             and type(attr_list[2]) is StdSeqId and type(attr_list[3]) is StdScope
             and type(attr_list[4]) is StdTid and type(attr_list[-1]) in _STD_LAST):
+        # locals typed in et.pxd: their values are read as C members (layouts.pxd)
         rf, seq, scope, tid = attr_list[0], attr_list[2], attr_list[3], attr_list[4]
         node.rf_id = rf.value or 0
         node.seq_id = seq.value

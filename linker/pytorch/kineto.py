@@ -328,8 +328,8 @@ def _split_events(path: Path, raw: Buffer
                 raise TraceFormatError(path, _where(exc, lo), "an event with name, pid, tid, "
                                        f"numeric ts / dur ({exc})") from exc
             except (UnicodeDecodeError, msgspec.DecodeError) as exc:
-                # The split proved the JSON's structure, not its strings' bytes (msgspec checks
-                # those as it decodes them): a byte that is not UTF-8, or a bad escape.
+                # The split proved the JSON's structure and escapes, not its strings' bytes
+                # (msgspec checks those as it decodes them): a byte that is not UTF-8.
                 raise TraceFormatError(path, f"traceEvents[{lo}..{lo + CHUNK - 1}]",
                                        f"UTF-8 text ({exc}: a byte in these events is not; the "
                                        "file is damaged)") from exc
