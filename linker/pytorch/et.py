@@ -9,12 +9,15 @@ Two layouts exist and both are read into the same :class:`EtNode`:
 
 The file is decoded once, by msgspec into typed structs (tensor values stay raw slices until
 a node's inputs are read; ``attrs`` lists are decoded CHUNK nodes per call, as a union tagged
-by name when they hold the standard attrs only). Nodes are returned sorted by id: ids are
+by name when they hold the standard attrs only). The compiled build reads the standard attrs'
+values from the lists' text instead (:func:`_scan_std_chunk`), and decodes only the chunks
+that reading declines. Nodes are returned sorted by id: ids are
 given at op entry, so id order is program (entry) order on each thread.
 """
 
 from __future__ import annotations
 
+from array import array
 from bisect import insort
 from typing import Callable, Union
 from operator import attrgetter
@@ -23,6 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
+
+try:  # read by Cython when it compiles this module (setup.py): see _scan_std_chunk
+    import cython
+except ImportError:  # run as plain Python without Cython installed
+    from chakra_hooks.common.no_cython import cython
 
 from chakra_hooks.common.errors import TraceFormatError, json_kind
 from chakra_hooks.linker.pytorch import et_nodes as pytorch_et_nodes
@@ -218,12 +226,18 @@ def _finish_nodes(nodes: list[EtNode], path: Path) -> None:
     for lo in range(0, len(nodes), CHUNK):
         part = nodes[lo:lo + CHUNK]
         lists, std = None, True  # this chunk's attrs lists when decoded here, and their kind
+        scanned = None  # the chunk's standard values, when read from its text (compiled)
         if not decoded:
             raws = [n.attr_raw for n in part if n.attr_raw is not null]
-            lists = _decode_std_chunk(raws)
-            if lists is None:
-                lists, std = _decode_attr_chunk(part, raws, lo, path), False
-        at = 0  # the next list of `lists`
+            if cython.compiled:
+                scanned = _scan_std_chunk(raws)
+            if scanned is not None:
+                values = scanned  # read through a typed view in the compiled build (et.pxd)
+            else:
+                lists = _decode_std_chunk(raws)
+                if lists is None:
+                    lists, std = _decode_attr_chunk(part, raws, lo, path), False
+        at = 0  # the next list of `lists` (or of `scanned`)
         for index, node in enumerate(part, lo):
             parent = node.ctrl_deps
             if parent is None:
@@ -241,6 +255,13 @@ def _finish_nodes(nodes: list[EtNode], path: Path) -> None:
             if attr_list is null:
                 continue
             node.attr_raw = null
+            if scanned is not None:
+                node.rf_id = values[4 * at]
+                node.seq_id = values[4 * at + 1]
+                node.scope = values[4 * at + 2]
+                node.tid = values[4 * at + 3]
+                at += 1
+                continue
             if lists is not None:
                 attr_list = lists[at]
                 at += 1
@@ -284,6 +305,306 @@ def _decode_std_chunk(raws: list[msgspec.Raw]) -> list[list[StdAttr]] | None:
         return None
 
 
+# The standard attrs' names as _scan_std_chunk tells them apart (_std_code): the four that
+# carry a value, those that end a list in torch's own order (_STANDARD_LAST), and the others.
+_RF_ID, _SEQ_ID, _SCOPE, _TID, _STD_OTHER, _STD_END = 1, 2, 3, 4, 5, 6
+_KEY_NAME, _KEY_TYPE, _KEY_VALUE = 1, 2, 4
+_NOT_INT = -(1 << 62)  # a value that is not an integer (true, null...): beyond 18 digits
+_DIGITS_MAX = 18  # an integer of up to 18 digits fits 64 bits
+
+
+def _scan_std_chunk(raws: list[msgspec.Raw]) -> array | None:
+    """What _set_std_attrs sets from each attrs list of ``raws`` (rf_id, seq_id, scope, tid:
+    four items per list), read from their JSON text without decoding them: the compiled build
+    reads it as C bytes (about 1,100 instructions a node), where decoding each attr into a
+    struct cost about 7,000 a node. None where any list is not of the plain form read
+    here (its objects with ``name``, ``type`` and ``value`` members only, each once, names of
+    standard attrs without escapes, the four values integers of up to 18 digits): those
+    chunks are decoded (_decode_std_chunk), which gives the same values for the lists read
+    here. The text is JSON already checked by the decoder that sliced it out."""
+    if not raws:
+        return array("q")
+    joined = b",".join(raws)
+    text = joined  # the compiled build reads its bytes through a C pointer (et.pxd)
+    out = array("q", bytes(32 * len(raws)))
+    found = out  # and writes through a typed view
+    end = len(joined)
+    at = 0
+    for index in range(len(raws)):
+        at = _skip_blank(text, at, end)
+        if at >= end or text[at] != 91:  # [
+            return None
+        at = _skip_blank(text, at + 1, end)
+        count = 0
+        first = third = fourth = fifth = last = 0  # the codes at places 0, 2, 3, 4 and the last
+        v_first = v_third = v_fourth = v_fifth = 0
+        rf_id, seq_id, scope, tid = 0, -1, 0, 0  # the last of each name, else its default
+        if at < end and text[at] == 93:  # ]
+            at += 1
+        else:
+            while True:
+                at, code, value = _attr_at(text, at, end)
+                if at < 0:
+                    return None
+                if code <= _TID:  # one of the four: its value must be an integer
+                    if value == _NOT_INT:
+                        return None
+                    if code == _RF_ID:
+                        rf_id = value
+                    elif code == _SEQ_ID:
+                        seq_id = value
+                    elif code == _SCOPE:
+                        scope = value
+                    else:
+                        tid = value
+                if count == 0:
+                    first, v_first = code, value
+                elif count == 2:
+                    third, v_third = code, value
+                elif count == 3:
+                    fourth, v_fourth = code, value
+                elif count == 4:
+                    fifth, v_fifth = code, value
+                last = code
+                count += 1
+                at = _skip_blank(text, at, end)
+                if at >= end:
+                    return None
+                if text[at] == 44:  # ,
+                    at = _skip_blank(text, at + 1, end)
+                    continue
+                if text[at] == 93:  # ]
+                    at += 1
+                    break
+                return None
+        if ((count == 7 or count == 10) and first == _RF_ID and third == _SEQ_ID
+                and fourth == _SCOPE and fifth == _TID and last == _STD_END):
+            # _set_std_attrs' reading by place (torch's own order)
+            rf_id, seq_id, scope, tid = v_first, v_third, v_fourth, v_fifth
+        found[4 * index] = rf_id
+        found[4 * index + 1] = seq_id
+        found[4 * index + 2] = scope
+        found[4 * index + 3] = tid
+        at = _skip_blank(text, at, end)
+        if index + 1 < len(raws):
+            if at >= end or text[at] != 44:
+                return None
+            at += 1
+    if _skip_blank(text, at, end) != end:
+        return None
+    return out
+
+
+# The two ways an attr is spelled in practice: torch's (a space after each separator) and
+# compact JSON's, read by _attr_at without the general reading's checks at every byte.
+_NAME_SPACED, _TYPE_SPACED, _VALUE_SPACED = b'{"name": "', b'", "type": "', b'", "value": '
+_NAME_TIGHT, _TYPE_TIGHT, _VALUE_TIGHT = b'{"name":"', b'","type":"', b'","value":'
+
+
+def _attr_at(text: bytes, at: int, end: int) -> tuple[int, int, int]:
+    """(place after it, its name's code, its value or _NOT_INT) of the attr object at ``at``:
+    ``name``, ``type`` and ``value`` members, each once, in any order; (-1, 0, 0) for anything
+    else (see _scan_std_chunk)."""
+    # the usual spellings first
+    if _starts(text, at, end, _NAME_SPACED):
+        spaced, start = True, at + len(_NAME_SPACED)
+    elif _starts(text, at, end, _NAME_TIGHT):
+        spaced, start = False, at + len(_NAME_TIGHT)
+    else:
+        spaced, start = False, -1
+    if start >= 0:
+        close = _string_end(text, start, end, False)
+        if close >= 0:
+            code = _std_code(text, start, close)
+            if code != 0 and _starts(text, close, end, _TYPE_SPACED if spaced else _TYPE_TIGHT):
+                close = _string_end(text, close + (len(_TYPE_SPACED) if spaced else
+                                                   len(_TYPE_TIGHT)), end, True)
+                if close >= 0 and _starts(text, close, end,
+                                          _VALUE_SPACED if spaced else _VALUE_TIGHT):
+                    start = close + (len(_VALUE_SPACED) if spaced else len(_VALUE_TIGHT))
+                    value = _NOT_INT
+                    if start < end and text[start] == 34:  # a string
+                        close = _string_end(text, start + 1, end, True)
+                        start = close + 1 if close >= 0 else -1
+                    elif start < end:
+                        start, value = _integer(text, start, end)
+                    if 0 <= start < end and text[start] == 125:  # }
+                        return start + 1, code, value
+    # any other spelling: member by member
+    if at >= end or text[at] != 123:  # {
+        return -1, 0, 0
+    seen = 0
+    code = 0
+    value = _NOT_INT
+    at = _skip_blank(text, at + 1, end)
+    while True:
+        if at >= end or text[at] != 34:  # "
+            return -1, 0, 0
+        key = _key_at(text, at + 1, end)
+        if key == 0 or seen & key:
+            return -1, 0, 0
+        seen |= key
+        at = _skip_blank(text, at + (7 if key == _KEY_VALUE else 6), end)  # past the quote
+        if at >= end or text[at] != 58:  # :
+            return -1, 0, 0
+        at = _skip_blank(text, at + 1, end)
+        if at >= end:
+            return -1, 0, 0
+        if key == _KEY_NAME:
+            if text[at] != 34:
+                return -1, 0, 0
+            close = _string_end(text, at + 1, end, False)
+            if close < 0:
+                return -1, 0, 0
+            code = _std_code(text, at + 1, close)
+            if code == 0:
+                return -1, 0, 0
+            at = close + 1
+        elif key == _KEY_VALUE and text[at] != 34:
+            at, value = _integer(text, at, end)
+            if at < 0:
+                return -1, 0, 0
+        else:  # a type, or a value that is a string
+            if text[at] != 34:
+                return -1, 0, 0
+            close = _string_end(text, at + 1, end, True)
+            if close < 0:
+                return -1, 0, 0
+            at = close + 1
+        at = _skip_blank(text, at, end)
+        if at >= end:
+            return -1, 0, 0
+        if text[at] == 44:  # ,
+            at = _skip_blank(text, at + 1, end)
+            continue
+        if text[at] == 125:  # }
+            break
+        return -1, 0, 0
+    if seen != _KEY_NAME | _KEY_TYPE | _KEY_VALUE:
+        return -1, 0, 0
+    return at + 1, code, value
+
+
+def _starts(text: bytes, at: int, end: int, literal: bytes) -> bool:
+    """Whether text[at:end] starts with ``literal``."""
+    return at + len(literal) <= end and _same_bytes(text, at, literal)
+
+
+def _skip_blank(text: bytes, at: int, end: int) -> int:
+    """The place of the first byte from ``at`` on that is not JSON white space."""
+    while at < end:
+        byte = text[at]
+        if byte != 32 and byte != 10 and byte != 13 and byte != 9:
+            break
+        at += 1
+    return at
+
+
+def _string_end(text: bytes, at: int, end: int, escapes: bool) -> int:
+    """The place of the quote that ends the string whose text starts at ``at``; -1 if there is
+    none, or an escape where ``escapes`` is False."""
+    if cython.compiled:  # memchr's pass over the bytes (et.pxd), most of the text being strings
+        return _quote_at(text, at, end, escapes)
+    while at < end:
+        byte = text[at]
+        if byte == 34:
+            return at
+        if byte == 92:  # a backslash: the next byte is escaped
+            if not escapes:
+                return -1
+            at += 1
+        at += 1
+    return -1
+
+
+def _key_at(text: bytes, start: int, end: int) -> int:
+    """_KEY_NAME, _KEY_TYPE or _KEY_VALUE for the key whose text starts at ``start`` (its
+    closing quote included), else 0."""
+    if start + 4 < end and text[start + 4] == 34:
+        if text[start] == 110 and text[start + 1] == 97 and text[start + 2] == 109 \
+                and text[start + 3] == 101:  # name
+            return _KEY_NAME
+        if text[start] == 116 and text[start + 1] == 121 and text[start + 2] == 112 \
+                and text[start + 3] == 101:  # type
+            return _KEY_TYPE
+    elif start + 5 < end and text[start + 5] == 34 and text[start] == 118 \
+            and text[start + 1] == 97 and text[start + 2] == 108 and text[start + 3] == 117 \
+            and text[start + 4] == 101:  # value
+        return _KEY_VALUE
+    return 0
+
+
+def _std_code(text: bytes, start: int, stop: int) -> int:
+    """The code of the standard attr (_STANDARD_ATTRS) named text[start:stop], else 0: by
+    its length, then its bytes (a C comparison or two in the compiled build)."""
+    size = stop - start
+    if size == 5:
+        if _same_bytes(text, start, b"rf_id"):
+            return _RF_ID
+        if _same_bytes(text, start, b"scope"):
+            return _SCOPE
+    elif size == 6:
+        if _same_bytes(text, start, b"seq_id"):
+            return _SEQ_ID
+        if _same_bytes(text, start, b"fw_tid"):
+            return _STD_OTHER
+    elif size == 3:
+        if _same_bytes(text, start, b"tid"):
+            return _TID
+    elif size == 9:
+        if _same_bytes(text, start, b"fw_parent"):
+            return _STD_OTHER
+        if _same_bytes(text, start, b"op_schema"):
+            return _STD_END
+    elif size == 14:
+        if _same_bytes(text, start, b"kernel_backend"):
+            return _STD_OTHER
+    elif size == 11:
+        if _same_bytes(text, start, b"kernel_file"):
+            return _STD_OTHER
+    elif size == 12:
+        if _same_bytes(text, start, b"tensor_range"):
+            return _STD_END
+    return 0
+
+
+def _same_bytes(text: bytes, start: int, name: bytes) -> bool:
+    """Whether ``name`` is at text[start:] (the caller knows that much text is there)."""
+    if cython.compiled:  # memcmp (et.pxd), where the loop cost 6 instructions a byte
+        return _bytes_at(text, start, name)
+    for i in range(len(name)):
+        if text[start + i] != name[i]:
+            return False
+    return True
+
+
+def _integer(text: bytes, at: int, end: int) -> tuple[int, int]:
+    """(place after, value) of the JSON value at ``at``: an integer of up to _DIGITS_MAX
+    digits, or true / false / null (value _NOT_INT); (-1, 0) for anything else (a float, a
+    longer integer, a list...)."""
+    byte = text[at]
+    if byte == 116 or byte == 110 or byte == 102:  # true, null, false
+        while at < end and 97 <= text[at] <= 122:
+            at += 1
+        return at, _NOT_INT
+    negative = byte == 45  # -
+    if negative:
+        at += 1
+    start = at
+    value = 0
+    while at < end and 48 <= text[at] <= 57:
+        value = value * 10 + (text[at] - 48)
+        at += 1
+        if at - start > _DIGITS_MAX:
+            return -1, 0
+    digits = at - start
+    if digits == 0 or digits > 1 and text[start] == 48:
+        return -1, 0
+    if at < end and (text[at] == 46 or text[at] == 101 or text[at] == 69):  # . e E
+        return -1, 0
+    return at, -value if negative else value
+
+
 def _decode_attr_chunk(part: list[EtNode], raws: list[msgspec.Raw], lo: int, path: Path
                        ) -> list[list[EtAttr]]:
     """The attrs lists (``raws``) of the nodes in ``part`` that have one, in order."""
@@ -307,10 +628,13 @@ def read_host_et(path: Path) -> HostEt:
     """Read a PyTorch host ET; raises TraceFormatError for anything that is not one."""
     path = Path(path)
     raw = map_bytes(path)
-    try:  # the common layout, attrs decoded in the same pass (see _EtNodeStd)
-        doc = _STD_DECODER.decode(raw)
-    except (msgspec.MsgspecError, UnicodeDecodeError):  # other attrs, or a bad file (then decode names the problem)
+    if cython.compiled:  # attrs kept as text, their values read from it (_scan_std_chunk)
         doc = decode(path, raw, _DECODER)
+    else:
+        try:  # the common layout, attrs decoded in the same pass (see _EtNodeStd)
+            doc = _STD_DECODER.decode(raw)
+        except (msgspec.MsgspecError, UnicodeDecodeError):  # other attrs, or a bad file (then decode names the problem)
+            doc = decode(path, raw, _DECODER)
     if doc.nodes is None:
         raise TraceFormatError(path, "top level", "a PyTorch execution trace with a 'nodes' list")
     nodes = doc.nodes
