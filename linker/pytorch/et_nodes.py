@@ -14,6 +14,11 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+try:  # read by Cython when it compiles this module (setup.py): see as_json
+    import cython
+except ImportError:  # run as plain Python without Cython installed
+    from chakra_hooks.common.no_cython import cython
+
 
 @dataclass(slots=True)
 class EtIO:
@@ -176,6 +181,10 @@ def as_json(values: msgspec.Raw, shapes: msgspec.Raw, types: msgspec.Raw
     these bytes in the Chakra node as they are (a str would be decoded here and encoded again
     there), and a bytes object is smaller than the str."""
     null = NULL
+    if cython.compiled:  # copied through the buffer protocol (et_nodes.pxd): a third of bytes()
+        return (_copy_bytes(values) if values is not null else b"[]",
+                _copy_bytes(shapes) if shapes is not null else b"[]",
+                _copy_bytes(types) if types is not null else b"[]")
     return (bytes(values) if values is not null else b"[]",
             bytes(shapes) if shapes is not null else b"[]",
             bytes(types) if types is not null else b"[]")
