@@ -16,7 +16,8 @@ cpdef bint _all_whole_ns(list ops) except -1
 cpdef object build_graph(object trace, object target=*, object keep_mem=*, object consume=*)
 
 
-@cython.locals(io=TensorIO)
+@cython.locals(io=TensorIO, small_offset="long long", small_base_us="long long",
+               small_base_ns="long long", small_offset_us="long long", small_dur="long long")
 cpdef bytes _make_node(Op op, object deps, str exact_unit, NodeEncoder enc, Tally tally,
                        object base_ps, object base_us, object base_ns)
 

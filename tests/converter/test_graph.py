@@ -52,6 +52,38 @@ def test_rounding_is_half_up_not_truncation() -> None:
         assert round_us(ps) == (ps + 500_000) // 1_000_000, ps
 
 
+# (ps since the epoch are whole ns, and beyond the int64 of a start_ps attribute: only an
+# ET in exact ns holds them)
+@pytest.mark.parametrize(("epoch_ps", "whole_ns"), [
+    ((1 << 61) // 1000 * 1000, True), ((1 << 61) // 1000 * 1000, False),
+    (1_716_423_322_446_085_432_000, True), ((1 << 62) * 1000 - 7 * US, True),
+    ((1 << 62) * 1000 + 3_000, True)])
+def test_node_times_are_the_rounded_times_on_both_sides_of_the_c_bounds(
+        epoch_ps: int, whole_ns: bool) -> None:
+    """Compiled, a node's times are worked out on C integers from its offset to the graph's
+    base while offset, duration and the base in ns are in range, else on Python integers:
+    either way start_time_micros is round_us(start), the duration the rounded end less it, and
+    the exact times the ns (or ps) ones, for offsets before and after the base and across
+    2^60."""
+    tail = 0 if whole_ns else 1
+    bound = (1 << 60) // 1000 * 1000  # whole ns, 2^60 within one ns
+    cases = [(0, 4_600_000), (-1_500_000, 2_499_000), (3 * US + 500_000, 499_000),
+             (bound - 2 * US, 5 * US), (bound + 2 * US, 5 * US),
+             (-bound - 3 * US, bound + 5 * US), (7 * US, bound - 1_000),
+             (9 * US, -3_000), (11 * US, None)]
+    ops = [Op(uid, f"op{uid}", OpKind.COMPUTE, False, "thread:1", epoch_ps + offset + tail,
+              None if dur is None else dur + tail) for uid, (offset, dur) in enumerate(cases, 1)]
+    nodes = {n.id: n for n in build_graph(LinkedTrace(0, "pytorch", "c", ops, [])).nodes}
+    for op in ops:
+        node, attrs = nodes[op.uid], {k: value_of(v) for k, v in attr_dict(nodes[op.uid]).items()}
+        start, end = op.start_ps, op.start_ps + (op.dur_ps or 0)
+        assert node.start_time_micros == round_us(start), op
+        assert node.duration_micros == (0 if op.dur_ps is None else round_us(end) - round_us(start))
+        unit, scale = ("ns", 1000) if whole_ns else ("ps", 1)
+        assert attrs[f"start_{unit}"] == start // scale, op
+        assert attrs.get(f"duration_{unit}") == (None if op.dur_ps is None else op.dur_ps // scale)
+
+
 def test_full_target_nodes_attributes_and_edges(tmp_path: Path) -> None:
     graph = build_graph(small_trace())
     nodes = {n.id: n for n in graph.nodes}
