@@ -70,6 +70,19 @@ cdef inline int _append_varint(bytearray buf, unsigned long long bits) except -1
     out[0] = <unsigned char>bits
     return 0
 
+# an int (exactly) as a varint's value, its range checked by Cython's own conversion (fast
+# paths for ints of one or two digits): a negative or 2**64 and up is refused as wire.py's
+# _put_varint refuses it (ValueError), where comparing the int with 0 and 2**64 cost two
+# Python comparisons
+cdef inline unsigned long long _u64(object value) except? 0xFFFFFFFFFFFFFFFF:
+    cdef unsigned long long bits
+    try:
+        bits = value
+    except OverflowError:
+        raise ValueError(f"value {value} out of range for a varint") from None
+    return bits
+
+
 cpdef bytes encode_varint(object value)
 
 

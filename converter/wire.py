@@ -88,6 +88,9 @@ def encode_varint(value: int) -> bytes:
 
 def _put_varint(buf: bytearray, value: int) -> None:
     """Append the varint of an integer in [0, 2**64) to ``buf``."""
+    if cython.compiled and type(value) is int:  # one C conversion that checks the range
+        _append_varint(buf, _u64(value))  # (wire.pxd)
+        return
     if 0 <= value <= 0x7F:  # one byte (most lengths and dependency ids of small graphs)
         _put_byte(buf, value)
         return
@@ -118,6 +121,9 @@ def _put_packed(buf: bytearray, key: int, values: Sequence[int]) -> None:
     """A packed repeated varint field (its one-byte key, byte length, the varints)."""
     size = 0
     for value in values:
+        if cython.compiled and type(value) is int:  # as _put_varint
+            size += _varint_size(_u64(value))
+            continue
         if value < 0 or value >= _U64:
             raise ValueError(f"value {value} out of range for a varint")
         size += _varint_size(value)
@@ -205,8 +211,8 @@ def _int_value(value: int, oneof: str) -> bytes:
 def _int_bits(value: int, oneof: str) -> int:
     """What an int64_val / uint64_val value is written as (an int64's negative values as their
     64-bit two's complement); out of its range is refused, as protobuf does."""
-    if 0 <= value <= _I64_MAX:
-        return value
+    if 0 <= value <= 9_223_372_036_854_775_807:  # _I64_MAX (compiled, a literal is compared
+        return value  # with an int without a lookup nor an int object)
     if oneof == "int64_val" and _I64_MIN <= value < 0:
         return value + _U64
     if oneof == "uint64_val" and 0 <= value < _U64:
