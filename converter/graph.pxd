@@ -8,6 +8,7 @@ from chakra_hooks.converter.wire cimport NodeEncoder, _buffer_bytes, _new_buffer
 from chakra_hooks.linker.model cimport Edge, Op, TensorIO
 
 cdef long long _C_US, _C_HALF_US
+cdef bint _COMPILED
 @cython.locals(small="long long")
 cpdef object round_us(object ps)
 @cython.locals(op=Op)
@@ -17,7 +18,8 @@ cpdef object build_graph(object trace, object target=*, object keep_mem=*, objec
 
 
 @cython.locals(io=TensorIO, small_offset="long long", small_base_us="long long",
-               small_base_ns="long long", small_offset_us="long long", small_dur="long long")
+               small_base_ns="long long", small_offset_us="long long", small_dur="long long",
+               small=bint)
 cpdef bytes _make_node(Op op, object deps, str exact_unit, NodeEncoder enc, Tally tally,
                        object base_ps, object base_us, object base_ns)
 

@@ -49,6 +49,7 @@ _COLLECTIVE = OpKind.COLLECTIVE
 # (the compiled build's, graph.pxd) for the times it rounds on C integers
 _HALF_US = PS_PER_US // 2
 _C_US, _C_HALF_US = PS_PER_US, _HALF_US
+_COMPILED = cython.compiled  # (a C constant compiled: graph.pxd; a global read in plain Python)
 
 _NODE_TYPE = {
     OpKind.COMPUTE: COMP,
@@ -515,7 +516,7 @@ def _make_node(op: Op, deps: Deps | None, exact_unit: str, enc: NodeEncoder, tal
     # not, and, the base being a whole microsecond, round alike: base_us + round_us(offset)
     # is round_us(start_ps) exactly (as base_ns + offset // 1000 is start_ps // 1000).
     offset = None
-    start_ns = duration_ns = None  # for the exact unit "ns": worked out below if not here
+    small = False  # the times were worked out on C integers (start_ns, duration_ns too)
     if start_ps is None:
         start_us = None
         duration_us = 0 if dur_ps is None else round_us(dur_ps)
@@ -523,7 +524,7 @@ def _make_node(op: Op, deps: Deps | None, exact_unit: str, enc: NodeEncoder, tal
         offset = start_ps - base_ps
         # (the bounds, 2^60 and 2^62 for the base, are literals: the compiled build compares
         # an int with a literal without making an int object of it)
-        if (cython.compiled
+        if (_COMPILED
                 and -1_152_921_504_606_846_976 < offset < 1_152_921_504_606_846_976
                 and -4_611_686_018_427_387_904 < base_ns < 4_611_686_018_427_387_904
                 and (dur_ps is None
@@ -531,6 +532,8 @@ def _make_node(op: Op, deps: Deps | None, exact_unit: str, enc: NodeEncoder, tal
             # Offset and duration within 2^60, the base (ns since the epoch) within 2^62: the
             # same arithmetic on C integers (graph.pxd; floor division as Python's), without
             # an int object for each step.
+            small = True
+            start_ns = duration_ns = None
             small_offset, small_base_us, small_base_ns = offset, base_us, base_ns
             small_offset_us = (small_offset + _C_HALF_US) // _C_US
             start_us = small_base_us + small_offset_us
@@ -564,11 +567,11 @@ def _make_node(op: Op, deps: Deps | None, exact_unit: str, enc: NodeEncoder, tal
     if is_comm and on_host:
         enc.attr(buf, "host_side", True)
     if exact_unit == "ns":
-        if start_ns is None and offset is not None:
-            start_ns = base_ns + offset // 1000
-        if duration_ns is None and dur_ps is not None:
-            duration_ns = dur_ps // 1000
-        enc.timing(buf, exact_unit, start_ns, duration_ns)
+        if small:
+            enc.timing(buf, exact_unit, start_ns, duration_ns)
+        else:
+            enc.timing(buf, exact_unit, None if offset is None else base_ns + offset // 1000,
+                       None if dur_ps is None else dur_ps // 1000)
     else:
         enc.timing(buf, exact_unit, start_ps, dur_ps)
     if dur_ps is None:

@@ -97,6 +97,31 @@ cpdef int _varint_size(unsigned long long value)
 @cython.locals(size=Py_ssize_t)
 cpdef _put_packed(bytearray buf, int key, object values)
 cpdef _put_bytes(bytearray buf, int key, bytes data)
+
+
+# The node writer's varints (NodeEncoder.head): an int's range checked by converting it to a
+# C integer (_u64), where _put_varint and _put_packed compare it with 0 and 2**64 (two Python
+# comparisons); anything but an int goes to them.
+cdef inline int _varint(bytearray buf, object value) except -1:
+    if type(value) is int:
+        _append_varint(buf, _u64(value))
+    else:
+        _put_varint(buf, value)
+    return 0
+
+
+cdef inline int _packed(bytearray buf, int key, object values) except -1:
+    cdef Py_ssize_t size = 0
+    for value in values:
+        if type(value) is not int:
+            _put_packed(buf, key, values)
+            return 0
+        size += _varint_size(_u64(value))
+    _put_byte(buf, key)
+    _append_varint(buf, size)
+    for value in values:
+        _append_varint(buf, _u64(value))
+    return 0
 cpdef _put_int_field(bytearray buf, tuple prefixes, unsigned long long bits)
 cpdef bytes _signed_varint(object value, object low, object high, str oneof)
 cpdef bytes _length_delimited(bytes key, bytes body)

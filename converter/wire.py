@@ -88,9 +88,6 @@ def encode_varint(value: int) -> bytes:
 
 def _put_varint(buf: bytearray, value: int) -> None:
     """Append the varint of an integer in [0, 2**64) to ``buf``."""
-    if cython.compiled and type(value) is int:  # one C conversion that checks the range
-        _append_varint(buf, _u64(value))  # (wire.pxd)
-        return
     if 0 <= value <= 0x7F:  # one byte (most lengths and dependency ids of small graphs)
         _put_byte(buf, value)
         return
@@ -121,9 +118,6 @@ def _put_packed(buf: bytearray, key: int, values: Sequence[int]) -> None:
     """A packed repeated varint field (its one-byte key, byte length, the varints)."""
     size = 0
     for value in values:
-        if cython.compiled and type(value) is int:  # as _put_varint
-            size += _varint_size(_u64(value))
-            continue
         if value < 0 or value >= _U64:
             raise ValueError(f"value {value} out of range for a varint")
         size += _varint_size(value)
@@ -131,6 +125,12 @@ def _put_packed(buf: bytearray, key: int, values: Sequence[int]) -> None:
     _put_varint(buf, size)
     for value in values:
         _put_varint(buf, value)
+
+
+if not cython.compiled:
+    # What the node writer calls: the compiled build has its own (wire.pxd), which checks an
+    # int's range by converting it to a C integer where these compare it with 0 and 2**64.
+    _varint, _packed = _put_varint, _put_packed
 
 
 def _put_bytes(buf: bytearray, key: int, data: bytes) -> None:
@@ -259,18 +259,18 @@ class NodeEncoder:
         out (proto3)."""
         if node_id:
             _put_byte(buf, _ID_KEY)
-            _put_varint(buf, node_id)
+            _varint(buf, node_id)
         _extend(buf, name_field)
         if ctrl_deps:
-            _put_packed(buf, _CTRL_KEY, ctrl_deps)
+            _packed(buf, _CTRL_KEY, ctrl_deps)
         if data_deps:
-            _put_packed(buf, _DATA_KEY, data_deps)
+            _packed(buf, _DATA_KEY, data_deps)
         if start_micros:
             _put_byte(buf, _START_KEY)
-            _put_varint(buf, start_micros)
+            _varint(buf, start_micros)
         if duration_micros:
             _put_byte(buf, _DURATION_KEY)
-            _put_varint(buf, duration_micros)
+            _varint(buf, duration_micros)
 
     def io(self, buf: bytearray, inputs: bool, values: str | bytes, shapes: str | bytes,
            types: str | bytes) -> None:

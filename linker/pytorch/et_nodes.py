@@ -19,6 +19,11 @@ try:  # read by Cython when it compiles this module (setup.py): see as_json
 except ImportError:  # run as plain Python without Cython installed
     from chakra_hooks.common.no_cython import cython
 
+if not cython.compiled:
+    # A copy of a raw slice's bytes: the compiled build has its own (et_nodes.pxd), through
+    # the buffer protocol, without bytes()' dispatch (two thirds of each copy).
+    _copy_bytes = bytes
+
 
 @dataclass(slots=True)
 class EtIO:
@@ -181,13 +186,9 @@ def as_json(values: msgspec.Raw, shapes: msgspec.Raw, types: msgspec.Raw
     these bytes in the Chakra node as they are (a str would be decoded here and encoded again
     there), and a bytes object is smaller than the str."""
     null = NULL
-    if cython.compiled:  # copied through the buffer protocol (et_nodes.pxd): a third of bytes()
-        return (_copy_bytes(values) if values is not null else b"[]",
-                _copy_bytes(shapes) if shapes is not null else b"[]",
-                _copy_bytes(types) if types is not null else b"[]")
-    return (bytes(values) if values is not null else b"[]",
-            bytes(shapes) if shapes is not null else b"[]",
-            bytes(types) if types is not null else b"[]")
+    return (_copy_bytes(values) if values is not null else b"[]",
+            _copy_bytes(shapes) if shapes is not null else b"[]",
+            _copy_bytes(types) if types is not null else b"[]")
 
 
 def collect_tensor_ids(value: object, out: list[int]) -> None:

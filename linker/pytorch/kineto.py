@@ -411,6 +411,7 @@ def _read_events(trace: KinetoTrace, events: list[KEvent], first: int) -> int:
     full_raws: list[msgspec.Raw] = []
     complete, any_phase, phase_of = _Complete, KEventAnyPhase, _PHASE_OF
     last_pid = last_tid = last_host_pid = None  # the shared pid and tid objects last set
+    reuse_ids = cython.compiled
     for index, item in enumerate(events, first):
         kind = type(item)
         if kind is not complete:
@@ -474,21 +475,28 @@ def _read_events(trace: KinetoTrace, events: list[KEvent], first: int) -> int:
         if type(pid) is not int or type(tid) is not int:
             _check_id(trace, index, "pid", pid)
             _check_id(trace, index, "tid", tid)
-        # Runs of events share their pid and tid: the one object for the last of each is
-        # reused without a dict lookup (an int comparison costs a fifth of setdefault's).
-        if type(pid) is int and type(last_pid) is int and pid == last_pid:
-            pid = last_pid
+        if reuse_ids:
+            # Runs of events share their pid and tid: the one object for the last of each is
+            # reused without a dict lookup (an int comparison costs a fifth of setdefault's,
+            # compiled; in plain Python, the comparisons cost more than the calls).
+            if type(pid) is int and type(last_pid) is int and pid == last_pid:
+                pid = last_pid
+            else:
+                pid = last_pid = ids.setdefault(pid, pid)
+            if type(tid) is int and type(last_tid) is int and tid == last_tid:
+                tid = last_tid
+            else:
+                tid = last_tid = ids.setdefault(tid, tid)
+            if out is host and pid is not last_host_pid:
+                pids.add(pid)
+                last_host_pid = pid
+            ev.pid = pid
+            ev.tid = tid
         else:
-            pid = last_pid = ids.setdefault(pid, pid)
-        if type(tid) is int and type(last_tid) is int and tid == last_tid:
-            tid = last_tid
-        else:
-            tid = last_tid = ids.setdefault(tid, tid)
-        if out is host and pid is not last_host_pid:
-            pids.add(pid)
-            last_host_pid = pid
-        ev.pid = pid
-        ev.tid = tid
+            if out is host:
+                pids.add(pid)
+            ev.pid = ids.setdefault(pid, pid)
+            ev.tid = ids.setdefault(tid, tid)
         out.append(ev)
     if common_raws:
         _set_args(trace, events, first, common_events, common_raws, _COMMON_ARGS)
