@@ -36,7 +36,8 @@ cpdef object _check_tree(list nodes, set roots, object get, object path)
 # Reading the standard attrs' values from the attrs lists' text: its bytes through a C pointer
 # (the joined text is held by `joined`), the values as C integers.
 @cython.locals(joined=bytes, text="const unsigned char*", found="long long[:]", end=Py_ssize_t,
-               at=Py_ssize_t, index=Py_ssize_t, count=Py_ssize_t, code=int, first=int, third=int, fourth=int, fifth=int, last=int,
+               at=Py_ssize_t, index=Py_ssize_t, count=Py_ssize_t, code=int, first=int, third=int,
+               fourth=int, fifth=int, last=int,
                value="long long", v_first="long long", v_third="long long",
                v_fourth="long long", v_fifth="long long", rf_id="long long",
                seq_id="long long", scope="long long", tid="long long")
