@@ -8,7 +8,7 @@ from chakra_hooks.linker.model cimport Edge, Op
 @cython.locals(op=Op, dep=Op, gap=Op, e=Edge, ops=list, n=Py_ssize_t, i=Py_ssize_t,
                place_of=dict, released=list, groups=dict, unusual=dict,
                members=list, new_ops=list, added=Py_ssize_t, edge_list=list, columns=bint,
-               edge_count=Py_ssize_t)
+               edge_count=Py_ssize_t, at_src=Py_ssize_t, at_dst=Py_ssize_t, at=Py_ssize_t)
 cpdef object add_gaps(object trace, object per_resource=*, object replay_dur=*)
 
 

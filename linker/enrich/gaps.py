@@ -105,21 +105,25 @@ def add_gaps(trace: LinkedTrace, per_resource: bool = False,
             if e.kind == parent:
                 continue
             src, dst = e.src, e.dst
+        # (compiled, the places index as C integers; the list keeps the int objects it is
+        # given, no new one an op)
         if place_of is None:
+            src_place = src
             at_src, at_dst = src, dst
         else:
-            at_src, at_dst = place_of.get(src, -1), place_of.get(dst, -1)
+            src_place = place_of.get(src, -1)
+            at_src, at_dst = src_place, place_of.get(dst, -1)
         if 0 <= at_src < n and 0 <= at_dst < n:
             op = ops[at_src]
             if op.start_ps is not None and op.dur_ps is not None:
                 known = released[at_dst]
                 if known is None:
-                    released[at_dst] = at_src
+                    released[at_dst] = src_place
                 else:
                     end = _end(op, replay_dur)
                     dep = ops[known]
                     if end > _end(dep, replay_dur):
-                        released[at_dst] = at_src
+                        released[at_dst] = src_place
     compute_lanes = set()
     if per_resource:
         for op in ops:
