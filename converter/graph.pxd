@@ -26,7 +26,8 @@ cpdef bytes _make_node(Op op, object deps, str exact_unit, NodeEncoder enc, Tall
 
 @cython.locals(incoming=dict, places=list, stats=dict, data=list, ctrl=list,
                edges_out=Py_ssize_t, i=Py_ssize_t, edge=Edge, by_place=bint, listed=bint,
-               count=Py_ssize_t, edge_list=list, columns=bint, edge_count=Py_ssize_t)
+               count=Py_ssize_t, edge_list=list, columns=bint, edge_count=Py_ssize_t,
+               place=Py_ssize_t, ops_count=object)
 cpdef tuple _resolve_edges(object trace, list ops, bint all_kept=*, bint consume=*)
 cpdef object _with_source(object slot, object src, object kind)
 

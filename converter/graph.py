@@ -207,6 +207,7 @@ def _resolve_edges(trace: LinkedTrace, ops: list[Op], all_kept: bool = False,
     kept: dict[int, Op] | list[Op] = ops if by_place else {op.uid: op for op in ops}
     known = kept if all_kept else {op.uid for op in trace.ops}
     count = len(ops)
+    ops_count = count  # an int object: compiled, comparing an int with `count` made one each time
     # The edge map: node -> its sources. Most nodes have one or two (a kernel: its launch and
     # its stream), each held with its edge's kind in one int (see _one_source): one int, or a
     # pair of them; a dict {source: kind} from a third source on. A dict each took most of a
@@ -237,7 +238,7 @@ def _resolve_edges(trace: LinkedTrace, ops: list[Op], all_kept: bool = False,
             if consume:
                 edge_list[i] = None  # the edge map replaces it
             src, dst, kind = edge.src, edge.dst, edge.kind
-        if (not (0 <= src < count and 0 <= dst < count) if by_place
+        if (not (0 <= src < ops_count and 0 <= dst < ops_count) if by_place
                 else src not in known or dst not in known):
             stats["edges_missing_end"] += 1
         elif src == dst:
@@ -245,11 +246,15 @@ def _resolve_edges(trace: LinkedTrace, ops: list[Op], all_kept: bool = False,
         else:
             if kind == _PARENT:
                 has_parent = True
-            slot = places[dst] if listed else incoming.get(dst)
+            if listed:  # (compiled, indexed as a C integer: graph.pxd)
+                place = dst
+                slot = places[place]
+            else:
+                slot = incoming.get(dst)
             grown = _with_source(slot, src, kind)
             if grown is not slot:
                 if listed:
-                    places[dst] = grown
+                    places[place] = grown
                 else:
                     incoming[dst] = grown
     if listed and (has_parent or not _in_time_order(places, kept)):
