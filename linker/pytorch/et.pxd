@@ -44,10 +44,16 @@ cpdef object _check_tree(list nodes, set roots, object get, object path)
 cpdef object _scan_std_chunk(list raws)
 
 
-@cython.locals(spaced=bint, start=Py_ssize_t, close=Py_ssize_t, code=int, value="long long",
-               seen=int, key=int)
+@cython.locals(after=Py_ssize_t, close=Py_ssize_t, code=int,
+               value="long long", seen=int, key=int)
 cdef (Py_ssize_t, int, long long) _attr_at(const unsigned char* text, Py_ssize_t at,
                                            Py_ssize_t end) noexcept
+
+
+@cython.locals(name_sep=bytes, type_sep=bytes, value_sep=bytes, start=Py_ssize_t,
+               close=Py_ssize_t, code=int, value="long long")
+cdef (Py_ssize_t, int, long long) _spelled_attr_at(const unsigned char* text, Py_ssize_t at,
+                                                   Py_ssize_t end) noexcept
 
 
 cdef inline bint _starts(const unsigned char* text, Py_ssize_t at, Py_ssize_t end,

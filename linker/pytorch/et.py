@@ -397,7 +397,7 @@ def _scan_std_chunk(raws: list[msgspec.Raw]) -> array | None:
 
 
 # The two ways an attr is spelled in practice: torch's (a space after each separator) and
-# compact JSON's, read by _attr_at without the general reading's checks at every byte.
+# compact JSON's, read by _spelled_attr_at without the general reading's checks at every byte.
 _NAME_SPACED, _TYPE_SPACED, _VALUE_SPACED = b'{"name": "', b'", "type": "', b'", "value": '
 _NAME_TIGHT, _TYPE_TIGHT, _VALUE_TIGHT = b'{"name":"', b'","type":"', b'","value":'
 
@@ -406,31 +406,9 @@ def _attr_at(text: bytes, at: int, end: int) -> tuple[int, int, int]:
     """(place after it, its name's code, its value or _NOT_INT) of the attr object at ``at``:
     ``name``, ``type`` and ``value`` members, each once, in any order; (-1, 0, 0) for anything
     else (see _scan_std_chunk)."""
-    # the usual spellings first
-    if _starts(text, at, end, _NAME_SPACED):
-        spaced, start = True, at + len(_NAME_SPACED)
-    elif _starts(text, at, end, _NAME_TIGHT):
-        spaced, start = False, at + len(_NAME_TIGHT)
-    else:
-        spaced, start = False, -1
-    if start >= 0:
-        close = _string_end(text, start, end, False)
-        if close >= 0:
-            code = _std_code(text, start, close)
-            if code != 0 and _starts(text, close, end, _TYPE_SPACED if spaced else _TYPE_TIGHT):
-                close = _string_end(text, close + (len(_TYPE_SPACED) if spaced else
-                                                   len(_TYPE_TIGHT)), end, True)
-                if close >= 0 and _starts(text, close, end,
-                                          _VALUE_SPACED if spaced else _VALUE_TIGHT):
-                    start = close + (len(_VALUE_SPACED) if spaced else len(_VALUE_TIGHT))
-                    value = _NOT_INT
-                    if start < end and text[start] == 34:  # a string
-                        close = _string_end(text, start + 1, end, True)
-                        start = close + 1 if close >= 0 else -1
-                    elif start < end:
-                        start, value = _integer(text, start, end)
-                    if 0 <= start < end and text[start] == 125:  # }
-                        return start + 1, code, value
+    after, code, value = _spelled_attr_at(text, at, end)  # the usual spellings first
+    if after >= 0:
+        return after, code, value
     # any other spelling: member by member
     if at >= end or text[at] != 123:  # {
         return -1, 0, 0
@@ -484,6 +462,38 @@ def _attr_at(text: bytes, at: int, end: int) -> tuple[int, int, int]:
     if seen != _KEY_NAME | _KEY_TYPE | _KEY_VALUE:
         return -1, 0, 0
     return at + 1, code, value
+
+
+def _spelled_attr_at(text: bytes, at: int, end: int) -> tuple[int, int, int]:
+    """_attr_at for an attr spelled as torch spells it or as compact JSON does (name, type,
+    value in that order, the separators exactly so), without the member-by-member reading's
+    checks at every byte; (-1, 0, 0) for any other spelling."""
+    if _starts(text, at, end, _NAME_SPACED):
+        name_sep, type_sep, value_sep = _NAME_SPACED, _TYPE_SPACED, _VALUE_SPACED
+    elif _starts(text, at, end, _NAME_TIGHT):
+        name_sep, type_sep, value_sep = _NAME_TIGHT, _TYPE_TIGHT, _VALUE_TIGHT
+    else:
+        return -1, 0, 0
+    start = at + len(name_sep)
+    close = _string_end(text, start, end, False)
+    if close < 0:
+        return -1, 0, 0
+    code = _std_code(text, start, close)
+    if code == 0 or not _starts(text, close, end, type_sep):
+        return -1, 0, 0
+    close = _string_end(text, close + len(type_sep), end, True)
+    if close < 0 or not _starts(text, close, end, value_sep):
+        return -1, 0, 0
+    start = close + len(value_sep)
+    value = _NOT_INT
+    if start < end and text[start] == 34:  # a string
+        close = _string_end(text, start + 1, end, True)
+        start = close + 1 if close >= 0 else -1
+    elif start < end:
+        start, value = _integer(text, start, end)
+    if 0 <= start < end and text[start] == 125:  # }
+        return start + 1, code, value
+    return -1, 0, 0
 
 
 def _starts(text: bytes, at: int, end: int, literal: bytes) -> bool:

@@ -68,6 +68,15 @@ def test_torch_lists_are_read_from_their_text() -> None:
             (7, -1, 0, 1), (2**40, 12, 0, 5), (3, 2, 0, 1), (0, -1, 0, 0), (4, -1, 0, 0)]
 
 
+@pytest.mark.parametrize("name", sorted(et._STANDARD_ATTRS))
+@pytest.mark.parametrize("dumps", [json.dumps, lambda v: json.dumps(v, separators=(",", ":"))])
+def test_every_standard_attr_is_known_to_the_scan(name: str, dumps) -> None:
+    """The scan tells the standard names apart by their bytes (et._std_code): each name of
+    _STANDARD_ATTRS, the decoder's list, is read, in either spelling."""
+    raws = [msgspec.Raw(dumps([attr(name, 3)]).encode())]
+    assert scanned(raws) == reference(raws) is not None
+
+
 @pytest.mark.parametrize("text", [
     b'[{"name": "rf_id", "type": "uint64", "value": 1.0}]',  # a float
     b'[{"name": "rf_id", "type": "uint64", "value": 1234567890123456789}]',  # 19 digits
