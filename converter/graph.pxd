@@ -4,16 +4,20 @@
 # lists through direct C calls.
 cimport cython
 from chakra_hooks.converter.summary cimport Tally
-from chakra_hooks.converter.wire cimport NodeEncoder, _buffer_bytes, _new_buffer
+from chakra_hooks.converter.wire cimport (NodeEncoder, _append_varint, _buffer_bytes, _extend,
+                                          _io_bytes, _new_buffer, _packed, _packed_pair,
+                                          _put_byte, _put_int_field)
 from chakra_hooks.linker.model cimport Edge, Op, TensorIO
 
-cdef long long _C_US, _C_HALF_US
+cdef long long _C_US, _C_HALF_US, _C_DATA
+cdef dict _COMMON_TYPES
+cdef int _W_ID, _W_CTRL, _W_DATA, _W_START, _W_DURATION, _W_INPUTS, _W_OUTPUTS
 cdef bint _COMPILED
 @cython.locals(small="long long")
 cpdef object round_us(object ps)
 @cython.locals(op=Op)
 cpdef bint _all_whole_ns(list ops) except -1
-@cython.locals(op=Op)
+@cython.locals(op=Op, writer=_NodeWriter, others=Tally, collective_tally=Tally)
 cpdef object build_graph(object trace, object target=*, object keep_mem=*, object consume=*)
 
 
@@ -42,3 +46,24 @@ cpdef bint _in_time_order(object incoming, object kept)
 
 @cython.locals(src_op=Op)
 cpdef bint _runs_before(object kept, bint by_place, object src, object dst, object dst_start)
+
+
+@cython.final
+cdef class _NodeWriter:
+    cdef NodeEncoder enc
+    cdef bint ns, usable
+    cdef tuple start_prefixes, duration_prefixes, cpu_fields
+    cdef list names
+    cdef object base_ps
+    cdef long long base_us, base_ns
+    cdef dict int_prefixes
+    @cython.locals(io=TensorIO, node_type=int, small_offset="long long", small_dur="long long",
+                   offset_us="long long", start_us="long long", duration_us="long long",
+                   start_time="long long", duration_time="long long", data_count=Py_ssize_t,
+                   ctrl_count=Py_ssize_t, data_first="long long", data_second="long long",
+                   ctrl_first="long long", ctrl_second="long long", first="long long",
+                   second="long long", cpu=bint, prefixes=tuple, buf=bytearray,
+                   enc=NodeEncoder, names=dict, field=bytes)
+    cpdef bytes node(self, Op op, object deps, Tally tally)
+    @cython.locals(fields=dict)
+    cpdef cached_attr(self, bytearray buf, str name, object value)

@@ -20,12 +20,14 @@ from chakra_hooks import __version__
 from chakra_hooks.common.errors import TraceFormatError
 from chakra_hooks.linker.model import PS_PER_US, EdgeColumns, EdgeKind, LinkedTrace, Op, OpKind
 
+from .attrs import oneof_for
 from .dag import unfinished_nodes
 from .etio import decode_bodies
 from .schema import COMM_COLL, COMM_RECV, COMM_SEND, COMP, MEM_LOAD, MEM_STORE, METADATA
 from .summary import UNKNOWN_ATTRS, Tally
 from .targets import Target, parse_target, rules
-from .wire import NodeEncoder, encode_metadata
+from .wire import (_CTRL_KEY, _DATA_KEY, _DURATION_KEY, _ID_KEY, _INPUTS_KEY, _OUTPUTS_KEY,
+                   _START_KEY, _TIMING_PREFIXES, NodeEncoder, _int_prefixes, encode_metadata)
 
 try:  # read by Cython when it compiles this module (setup.py)
     import cython
@@ -61,6 +63,13 @@ _NODE_TYPE = {
     OpKind.METADATA: METADATA,
 }
 _COMM_KINDS = frozenset({OpKind.COLLECTIVE, OpKind.SEND, OpKind.RECV})
+# The compiled node writer's constants (_NodeWriter; C integers there, graph.pxd): the node
+# type of each OpKind but communication's, the keys it writes.
+_COMMON_TYPES = {kind: node_type for kind, node_type in _NODE_TYPE.items()
+                 if kind not in _COMM_KINDS}
+_C_DATA = _DATA
+_W_ID, _W_CTRL, _W_DATA, _W_START, _W_DURATION, _W_INPUTS, _W_OUTPUTS = (
+    _ID_KEY, _CTRL_KEY, _DATA_KEY, _START_KEY, _DURATION_KEY, _INPUTS_KEY, _OUTPUTS_KEY)
 
 Deps = Union[int, tuple[int, int], list[Sequence]]
 """A node's dependencies: its one source as ``source << 3 | kind`` (_one_source), its two
@@ -135,6 +144,8 @@ def build_graph(trace: LinkedTrace, target: str | Target = Target.FULL, keep_mem
     bodies = []
     encoder, others, collective_tally = NodeEncoder(), Tally(), Tally()
     collectives, comm_facts = [], []
+    # (plain Python writes every node with _make_node, the reference)
+    writer = _NodeWriter(encoder, exact_unit, base_ps, base_us, base_ns) if _COMPILED else None
     for index, op in enumerate(ops):
         if op.kind in _COMM_KINDS or "window_anchor" in op.attrs:
             collectives.append(index)
@@ -150,8 +161,11 @@ def build_graph(trace: LinkedTrace, target: str | Target = Target.FULL, keep_mem
         else:
             node_deps = deps.pop(op.uid, None)
         try:
-            bodies.append(_make_node(op, node_deps, exact_unit, encoder, tally, base_ps, base_us,
-                                     base_ns))
+            body = None if writer is None else writer.node(op, node_deps, tally)
+            if body is None:
+                body = _make_node(op, node_deps, exact_unit, encoder, tally, base_ps, base_us,
+                                  base_ns)
+            bodies.append(body)
         except ValueError as exc:  # a number the trace gave that no Chakra field holds
             raise TraceFormatError(_sources(trace), f"op {op.name[:60]!r}",
                                    f"values a Chakra node can hold ({exc})") from None
@@ -159,6 +173,8 @@ def build_graph(trace: LinkedTrace, target: str | Target = Target.FULL, keep_mem
             ops[index] = None  # type: ignore[call-overload]
     stats.update(nodes=len(bodies))
     values = _metadata_values(trace, target, exact_unit)
+    others.flush()
+    collective_tally.flush()
     tally = Tally()
     tally.merge(others)
     tally.merge(collective_tally)
@@ -496,7 +512,8 @@ def _drop_edges_against_time(incoming: dict[int, dict[int, EdgeKind]], kept: dic
 
 def _make_node(op: Op, deps: Deps | None, exact_unit: str, enc: NodeEncoder, tally: Tally,
                base_ps: int, base_us: int, base_ns: int) -> bytes:
-    """One Chakra node, serialised (converter/wire.py) and counted. Runs once per node.
+    """One Chakra node, serialised (converter/wire.py) and counted. Runs once per node (the
+    compiled build: for the ops _NodeWriter leaves).
     ``base_ps``: a whole microsecond near the op's times (_time_base), as ``base_us`` and
     ``base_ns`` too."""
     if deps is None:
@@ -603,6 +620,175 @@ def _make_node(op: Op, deps: Deps | None, exact_unit: str, enc: NodeEncoder, tal
             if name in UNKNOWN_ATTRS:
                 _count_unknown(tally, name)
     return _buffer_bytes(buf)
+
+
+class _NodeWriter:
+    """The compiled build's node writer for the common op: the bytes and counts of
+    :func:`_make_node`, with times, ids and dependencies as C integers (graph.pxd) and the
+    encoder's caches read in place, where _make_node calls the encoder's general methods for
+    each field (it took about half of its instructions). The common op: no communication, its
+    start and duration known, its id, times and dependencies within 2^60 (2^62 for the
+    graph's base), its attrs a dict (an XLA device op's are not). :meth:`node` returns None
+    for any other, which _make_node writes. Plain Python runs _make_node alone, the
+    reference: tests hold the two to the same bytes, errors and counts
+    (tests/converter/test_node_writer.py)."""
+
+    def __init__(self, enc: NodeEncoder, exact_unit: str, base_ps: int, base_us: int,
+                 base_ns: int) -> None:
+        self.enc = enc
+        self.ns = exact_unit == "ns"
+        self.start_prefixes, self.duration_prefixes = _TIMING_PREFIXES[exact_unit]
+        # The base within 2^62 in ns (as in _make_node), and in ps where ps are written
+        # (base_ps + an offset within 2^60 must fit 63 bits): else every node is _make_node's.
+        self.usable = (-4_611_686_018_427_387_904 < base_ns < 4_611_686_018_427_387_904
+                       and (exact_unit == "ns"
+                            or -1_152_921_504_606_846_976 < base_ps < 1_152_921_504_606_846_976))
+        self.base_ps = base_ps
+        if self.usable:
+            self.base_us, self.base_ns = base_us, base_ns
+        self.int_prefixes = {}  # attribute name -> its prefixes for an int value, or ()
+        self.names = [{} for _ in range(8)]  # by node type: name -> name and type fields
+        # is_cpu_op's two fields, as the encoder writes them
+        self.cpu_fields = tuple(_attr_field(enc, "is_cpu_op", cpu) for cpu in (False, True))
+
+    def node(self, op: Op, deps: Deps | None, tally: Tally) -> bytes | None:
+        found = _COMMON_TYPES.get(op.kind)
+        if found is None or not self.usable:
+            return None
+        node_type = found
+        uid, start_ps, dur_ps, attrs = op.uid, op.start_ps, op.dur_ps, op.attrs
+        if (type(attrs) is not dict or start_ps is None or dur_ps is None or type(uid) is not int
+                or not 0 <= uid < 1_152_921_504_606_846_976
+                or not 0 <= dur_ps < 1_152_921_504_606_846_976):
+            return None
+        offset = start_ps - self.base_ps
+        if not -1_152_921_504_606_846_976 < offset < 1_152_921_504_606_846_976:
+            return None
+        small_offset, small_dur = offset, dur_ps
+        offset_us = (small_offset + _C_HALF_US) // _C_US
+        start_us = self.base_us + offset_us
+        duration_us = (small_offset + small_dur + _C_HALF_US) // _C_US - offset_us
+        if self.ns:
+            start_time, duration_time = self.base_ns + small_offset // 1000, small_dur // 1000
+        else:
+            start_time, duration_time = self.base_ps + small_offset, small_dur
+        if start_us < 0 or start_time < 0:
+            return None
+        # The dependencies (see _resolve_edges): one or two as C integers, else two lists.
+        data_count = ctrl_count = 0
+        data_first = data_second = ctrl_first = ctrl_second = 0
+        lists = None
+        if deps is not None:
+            if type(deps) is int:
+                if not 0 <= deps < 1_152_921_504_606_846_976:
+                    return None
+                first = deps
+                if first & 7 == _C_DATA:
+                    data_count, data_first = 1, first >> 3
+                else:
+                    ctrl_count, ctrl_first = 1, first >> 3
+            elif type(deps) is tuple:
+                a, b = deps
+                if (type(a) is not int or type(b) is not int
+                        or not 0 <= a < 1_152_921_504_606_846_976
+                        or not 0 <= b < 1_152_921_504_606_846_976):
+                    return None
+                first, second = a, b
+                if first & 7 == _C_DATA:
+                    data_count, data_first = 1, first >> 3
+                else:
+                    ctrl_count, ctrl_first = 1, first >> 3
+                if second & 7 == _C_DATA:
+                    if data_count:
+                        data_count, data_second = 2, second >> 3
+                    else:
+                        data_count, data_first = 1, second >> 3
+                elif ctrl_count:
+                    ctrl_count, ctrl_second = 2, second >> 3
+                else:
+                    ctrl_count, ctrl_first = 1, second >> 3
+            else:
+                lists = deps
+        enc = self.enc
+        buf = _new_buffer()
+        if uid:
+            _put_byte(buf, _W_ID)
+            _append_varint(buf, uid)
+        name = op.name
+        names = self.names[node_type]
+        field = names.get(name)
+        if field is None:
+            field = names[name] = enc.name(name, node_type)
+        _extend(buf, field)
+        if lists is None:
+            _packed_pair(buf, _W_CTRL, ctrl_count, ctrl_first, ctrl_second)
+            _packed_pair(buf, _W_DATA, data_count, data_first, data_second)
+        else:
+            data, ctrl = lists
+            data_count, ctrl_count = len(data), len(ctrl)
+            if ctrl:
+                _packed(buf, _W_CTRL, ctrl)
+            if data:
+                _packed(buf, _W_DATA, data)
+        if start_us:
+            _put_byte(buf, _W_START)
+            _append_varint(buf, start_us)
+        if duration_us:
+            _put_byte(buf, _W_DURATION)
+            _append_varint(buf, duration_us)
+        io = op.inputs
+        if io is not None and not _io_bytes(buf, _W_INPUTS, io.values, io.shapes, io.types):
+            enc.io(buf, True, io.values, io.shapes, io.types)
+        io = op.outputs
+        if io is not None and not _io_bytes(buf, _W_OUTPUTS, io.values, io.shapes, io.types):
+            enc.io(buf, False, io.values, io.shapes, io.types)
+        cpu = not op.on_device
+        _extend(buf, self.cpu_fields[cpu])
+        _put_int_field(buf, self.start_prefixes, start_time)
+        _put_int_field(buf, self.duration_prefixes, duration_time)
+        if op.bytes is not None:
+            enc.int_attr(buf, "tensor_size", op.bytes, "uint64_val")
+        if op.flops is not None:
+            enc.int_attr(buf, "num_ops", op.flops)
+        tally.add_plain(node_type, duration_us, data_count, ctrl_count, cpu)
+        self.cached_attr(buf, "lane", op.lane)
+        if attrs:
+            for name, value in attrs.items():
+                value_type = type(value)
+                if value_type is str or value_type is bool:
+                    self.cached_attr(buf, name, value)
+                elif value_type is int and 0 <= value < 1_152_921_504_606_846_976:
+                    prefixes = self.int_prefixes.get(name)
+                    if prefixes is None:
+                        oneof = oneof_for(name, value)
+                        prefixes = self.int_prefixes[name] = (
+                            _int_prefixes(name, oneof) if oneof in ("int64_val", "uint64_val")
+                            else ())
+                    if prefixes:
+                        _put_int_field(buf, prefixes, value)
+                    else:
+                        enc.attr(buf, name, value)
+                else:
+                    enc.attr(buf, name, value)
+                if name in UNKNOWN_ATTRS:
+                    _count_unknown(tally, name)
+        return _buffer_bytes(buf)
+
+    def cached_attr(self, buf: bytearray, name: str, value: object) -> None:
+        """A str or bool attribute's field, from the encoder's cache where it is there."""
+        fields = self.enc._attrs.get(name)
+        field = None if fields is None else fields.get(value)
+        if field is None:
+            self.enc.attr(buf, name, value)  # (which caches it)
+        else:
+            _extend(buf, field)
+
+
+def _attr_field(enc: NodeEncoder, name: str, value: object) -> bytes:
+    """The whole ``attr`` field ``enc`` writes for one attribute."""
+    buf = bytearray()
+    enc.attr(buf, name, value)
+    return bytes(buf)
 
 
 def _count_unknown(tally: Tally, name: str) -> None:

@@ -15,6 +15,11 @@ from typing import TYPE_CHECKING
 
 from chakra_hooks.common.errors import TraceFormatError
 
+try:  # read by Cython when it compiles this module (setup.py): see Tally.add_plain
+    import cython
+except ImportError:  # run as plain Python without Cython installed
+    from chakra_hooks.common.no_cython import cython
+
 from .attrs import value_of
 from .schema import COMM_COLL, COMM_TYPE_NAMES, COMM_TYPES, KNOWN_TYPES, NODE_TYPE_NAMES
 
@@ -28,6 +33,7 @@ UNKNOWN_ATTRS = frozenset({"duration_unknown", "comm_size_unknown", "comm_unreso
 
 
 _COMM_NAMES = dict(enumerate(COMM_TYPE_NAMES))
+_COMM_TYPE_BITS = sum(1 << kind for kind in COMM_TYPES)  # (Tally.add_plain's: a C integer)
 
 
 def _comm_name(value: object) -> str:
@@ -103,6 +109,39 @@ class Tally:
             self.comm_types[name] += 1
             self.comm_bytes[name] += int(comm_size or 0)
 
+    def add_plain(self, kind: int, duration_us: int, data_deps: int, ctrl_deps: int,
+                  cpu: bool) -> None:
+        """``add`` for a node of no communication type, as the converter's node writer counts
+        it. The compiled build counts it by type on C integers (summary.pxd) and adds those to
+        ``count_by`` and ``duration_by`` at :meth:`flush`, which must run before they are read:
+        a dict update a node was most of what ``add`` cost. The types keep the order they were
+        first counted in, as ``add`` would give them."""
+        if (cython.compiled and 0 <= kind < 8 and not _COMM_TYPE_BITS >> kind & 1
+                and 0 <= duration_us < 4_294_967_296):  # (2^32 us a node: no sum overflows)
+            if not self._pending_count[kind]:
+                self.count_by.setdefault(kind, 0)
+                self.duration_by.setdefault(kind, 0)
+            self._pending_count[kind] += 1
+            self._pending_duration[kind] += duration_us
+            self.nodes += 1
+            self.data_deps += data_deps
+            self.ctrl_deps += ctrl_deps
+            if cpu:
+                self.cpu += 1
+        else:
+            self.add(kind, duration_us, data_deps, ctrl_deps, cpu)
+
+    def flush(self) -> None:
+        """Add what :meth:`add_plain` counted on C integers to the dicts (nothing to add in
+        plain Python); :meth:`merge` and :meth:`summary` do it first."""
+        if cython.compiled:
+            for kind in range(8):
+                if self._pending_count[kind]:
+                    self.count_by[kind] += self._pending_count[kind]
+                    self.duration_by[kind] += self._pending_duration[kind]
+                    self._pending_count[kind] = 0
+                    self._pending_duration[kind] = 0
+
     def add_node(self, node: Node, path: str = "<nodes>", index: int = 0, check: bool = True) -> None:
         """One decoded node (``index``: its place in the file at ``path``, for errors); see
         :func:`summarize` for ``check``."""
@@ -135,6 +174,8 @@ class Tally:
     def merge(self, other: Tally) -> None:
         """Add the counts of ``other`` (other nodes of the same file): the result is what
         one tally fed both sets of nodes would hold."""
+        self.flush()
+        other.flush()
         self.nodes += other.nodes
         self.data_deps += other.data_deps
         self.ctrl_deps += other.ctrl_deps
@@ -150,6 +191,7 @@ class Tally:
     def summary(self, path: str, version: str, meta: dict[str, object]) -> Summary:
         """The Summary of the file at ``path``, whose GlobalMetadata has ``version`` and the
         attributes ``meta`` (name -> value, as :func:`metadata_values` reads them)."""
+        self.flush()
         by_type = {NODE_TYPE_NAMES[k]: v for k, v in self.count_by.items()}
         duration = {NODE_TYPE_NAMES[k]: v for k, v in self.duration_by.items()}
         match = _RANK_IN_NAME.search(path)

@@ -122,6 +122,56 @@ cdef inline int _packed(bytearray buf, int key, object values) except -1:
     for value in values:
         _append_varint(buf, _u64(value))
     return 0
+
+
+# A packed repeated field of one or two varints (``count``: 0-2; nothing for 0): a node's
+# dependencies as graph.py's compiled node writer holds them, on C integers (wire.py's
+# _put_packed, for lists, writes the same bytes).
+cdef inline int _packed_pair(bytearray buf, int key, int count, unsigned long long first,
+                             unsigned long long second) except -1:
+    if count == 0:
+        return 0
+    cdef Py_ssize_t size = _varint_size(first)
+    if count == 2:
+        size += _varint_size(second)
+    _put_byte(buf, key)
+    _append_varint(buf, size)
+    _append_varint(buf, first)
+    if count == 2:
+        _append_varint(buf, second)
+    return 0
+
+
+# An IOInfo member's bytes in the message (its one-byte key, length, bytes; none if empty).
+cdef inline Py_ssize_t _member_size(bytes data):
+    cdef Py_ssize_t length = PyBytes_GET_SIZE(data)
+    return 1 + _varint_size(length) + length if length else 0
+
+
+cdef inline int _put_member(bytearray buf, int key, bytes data) except -1:
+    cdef Py_ssize_t length = PyBytes_GET_SIZE(data)
+    if length:
+        _put_byte(buf, key)
+        _append_varint(buf, length)
+        memcpy(_grow(buf, length), PyBytes_AS_STRING(data), length)
+    return 0
+
+
+# The Node ``inputs`` / ``outputs`` field (``key``) of three bytes members, as
+# NodeEncoder.io writes it; False, writing nothing, where a member is not bytes.
+cdef inline bint _io_bytes(bytearray buf, int key, object values, object shapes,
+                           object types) except -1:
+    if type(values) is not bytes or type(shapes) is not bytes or type(types) is not bytes:
+        return False
+    _put_byte(buf, key)
+    _append_varint(buf, _member_size(values) + _member_size(shapes) + _member_size(types))
+    _put_member(buf, 0x0a, values)
+    _put_member(buf, 0x12, shapes)
+    _put_member(buf, 0x1a, types)
+    return True
+
+
+
 cpdef _put_int_field(bytearray buf, tuple prefixes, unsigned long long bits)
 cpdef bytes _signed_varint(object value, object low, object high, str oneof)
 cpdef bytes _length_delimited(bytes key, bytes body)
