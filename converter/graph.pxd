@@ -5,8 +5,8 @@
 cimport cython
 from chakra_hooks.converter.summary cimport Tally
 from chakra_hooks.converter.wire cimport (NodeEncoder, _append_varint, _buffer_bytes, _extend,
-                                          _io_bytes, _new_buffer, _packed, _packed_pair,
-                                          _put_byte, _put_int_field)
+                                          _int_field, _io_bytes, _new_buffer, _packed,
+                                          _packed_pair, _put_byte)
 from chakra_hooks.linker.model cimport Edge, Op, TensorIO
 
 cdef long long _C_US, _C_HALF_US, _C_DATA
@@ -54,6 +54,7 @@ cdef class _NodeWriter:
     cdef bint ns, usable
     cdef tuple start_prefixes, duration_prefixes, cpu_fields
     cdef list names
+    cdef dict lanes
     cdef object base_ps
     cdef long long base_us, base_ns
     cdef dict int_prefixes
@@ -63,7 +64,7 @@ cdef class _NodeWriter:
                    ctrl_count=Py_ssize_t, data_first="long long", data_second="long long",
                    ctrl_first="long long", ctrl_second="long long", first="long long",
                    second="long long", cpu=bint, prefixes=tuple, buf=bytearray,
-                   enc=NodeEncoder, names=dict, field=bytes)
+                   enc=NodeEncoder, names=dict, field=bytes, lane=str)
     cpdef bytes node(self, Op op, object deps, Tally tally)
     @cython.locals(fields=dict)
     cpdef cached_attr(self, bytearray buf, str name, object value)

@@ -648,6 +648,7 @@ class _NodeWriter:
             self.base_us, self.base_ns = base_us, base_ns
         self.int_prefixes = {}  # attribute name -> its prefixes for an int value, or ()
         self.names = [{} for _ in range(8)]  # by node type: name -> name and type fields
+        self.lanes = {}  # lane -> its attr field
         # is_cpu_op's two fields, as the encoder writes them
         self.cpu_fields = tuple(_attr_field(enc, "is_cpu_op", cpu) for cpu in (False, True))
 
@@ -744,14 +745,18 @@ class _NodeWriter:
             enc.io(buf, False, io.values, io.shapes, io.types)
         cpu = not op.on_device
         _extend(buf, self.cpu_fields[cpu])
-        _put_int_field(buf, self.start_prefixes, start_time)
-        _put_int_field(buf, self.duration_prefixes, duration_time)
+        _int_field(buf, self.start_prefixes, start_time)
+        _int_field(buf, self.duration_prefixes, duration_time)
         if op.bytes is not None:
             enc.int_attr(buf, "tensor_size", op.bytes, "uint64_val")
         if op.flops is not None:
             enc.int_attr(buf, "num_ops", op.flops)
         tally.add_plain(node_type, duration_us, data_count, ctrl_count, cpu)
-        self.cached_attr(buf, "lane", op.lane)
+        lane = op.lane
+        field = self.lanes.get(lane)
+        if field is None:
+            field = self.lanes[lane] = _attr_field(enc, "lane", lane)
+        _extend(buf, field)
         if attrs:
             for name, value in attrs.items():
                 value_type = type(value)
@@ -765,7 +770,7 @@ class _NodeWriter:
                             _int_prefixes(name, oneof) if oneof in ("int64_val", "uint64_val")
                             else ())
                     if prefixes:
-                        _put_int_field(buf, prefixes, value)
+                        _int_field(buf, prefixes, value)
                     else:
                         enc.attr(buf, name, value)
                 else:

@@ -173,6 +173,13 @@ cdef inline bint _io_bytes(bytearray buf, int key, object values, object shapes,
 
 
 cpdef _put_int_field(bytearray buf, tuple prefixes, unsigned long long bits)
+
+
+# _put_int_field inline, for graph.py's compiled node writer (three to five a node)
+cdef inline int _int_field(bytearray buf, tuple prefixes, unsigned long long bits) except -1:
+    _extend(buf, prefixes[_varint_size(bits)])
+    _append_varint(buf, bits)
+    return 0
 cpdef bytes _signed_varint(object value, object low, object high, str oneof)
 cpdef bytes _length_delimited(bytes key, bytes body)
 cpdef bytes _attr_name(str name)
