@@ -34,6 +34,8 @@ cpdef bytes _make_node(Op op, object deps, str exact_unit, NodeEncoder enc, Tall
                place=Py_ssize_t, ops_count=object)
 cpdef tuple _resolve_edges(object trace, list ops, bint all_kept=*, bint consume=*)
 cpdef object _with_source(object slot, object src, object kind)
+@cython.locals(one="long long", first="long long", second="long long")
+cpdef object _with_place_source(object slot, long long src, long long kind)
 
 
 @cython.locals(place=Py_ssize_t, op=Op)

@@ -265,9 +265,10 @@ def _resolve_edges(trace: LinkedTrace, ops: list[Op], all_kept: bool = False,
             if listed:  # (compiled, indexed as a C integer: graph.pxd)
                 place = dst
                 slot = places[place]
+                grown = _with_place_source(slot, src, kind)
             else:
                 slot = incoming.get(dst)
-            grown = _with_source(slot, src, kind)
+                grown = _with_source(slot, src, kind)
             if grown is not slot:
                 if listed:
                     places[place] = grown
@@ -351,6 +352,38 @@ def _with_source(slot: object, src: int, kind: int) -> object:
     if slot.get(src) != _DATA:
         slot[src] = kind
     return slot
+
+
+def _with_place_source(slot: object, src: int, kind: int) -> object:
+    """_with_source for a source that is a place in the ops (0 to 2^62) and a kind below 8: the
+    compiled build's works on C integers (graph.pxd), down to the int or pair it makes. Plain
+    Python binds the name to _with_source; tests hold the two to the same results."""
+    if slot is None:
+        return src << 3 | kind
+    if type(slot) is int:
+        one = slot
+        if one >> 3 != src:
+            return (slot, src << 3 | kind)
+        if one & 7 != _C_DATA:
+            return src << 3 | kind
+        return slot
+    if type(slot) is tuple:
+        a, b = slot
+        first, second = a, b
+        if first >> 3 == src:
+            if first & 7 != _C_DATA:
+                return (src << 3 | kind, b)
+        elif second >> 3 == src:
+            if second & 7 != _C_DATA:
+                return (a, src << 3 | kind)
+        else:
+            return {first >> 3: first & 7, second >> 3: second & 7, src: kind}
+        return slot
+    return _with_source(slot, src, kind)
+
+
+if not cython.compiled:
+    _with_place_source = _with_source  # noqa: F811 (the reference; see above)
 
 
 def _one_source(src: int, kind: int) -> int:

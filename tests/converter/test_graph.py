@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
 
 from chakra_hooks.converter import etio
 from chakra_hooks.converter.attrs import attr_dict, value_of
-from chakra_hooks.converter.graph import _in_time_order, _with_source, build_graph, round_us
+from chakra_hooks.converter.graph import (
+    _in_time_order, _with_place_source, _with_source, build_graph, round_us,
+)
 from chakra_hooks.converter.schema import NodeType
 from chakra_hooks.converter.validate import validate
 from chakra_hooks.linker.enrich.gaps import add_gaps, add_window_anchor
@@ -316,3 +319,18 @@ def test_time_order_check_holds_each_source_to_its_destination() -> None:
             assert _in_time_order({d: s for d, s in slots.items() if d in kept_uids}, kept) == want, edges
             if kept_uids == set(range(len(ops))) and all(src < len(ops) for src, _ in edges):
                 assert _in_time_order(places, ops) == want, edges
+
+
+def test_an_edge_map_entry_grows_alike_by_place() -> None:
+    """_with_place_source (the compiled build's on C integers, for sources that are places)
+    makes what _with_source makes, edge after edge, from every kind of entry: none, one
+    source, two, a dict; a repeated source, DATA against an order edge either way."""
+    rng = random.Random(5)
+    for _ in range(3000):
+        sources = [rng.choice([0, 1, 2, 7, (1 << 40) + 3, (1 << 59) - 1]) for _ in range(5)]
+        kinds = [rng.choice(list(EdgeKind)) for _ in sources]
+        reference = place = None
+        for src, kind in zip(sources, kinds):
+            reference = _with_source(reference, src, kind)
+            place = _with_place_source(place, src, kind)
+            assert type(place) is type(reference) and place == reference, (sources, kinds)
