@@ -161,11 +161,15 @@ def build_graph(trace: LinkedTrace, target: str | Target = Target.FULL, keep_mem
         else:
             node_deps = deps.pop(op.uid, None)
         try:
-            body = None if writer is None else writer.node(op, node_deps, tally)
-            if body is None:
-                body = _make_node(op, node_deps, exact_unit, encoder, tally, base_ps, base_us,
-                                  base_ns)
-            bodies.append(body)
+            if writer is None:  # (one test a node in plain Python)
+                bodies.append(_make_node(op, node_deps, exact_unit, encoder, tally, base_ps,
+                                         base_us, base_ns))
+            else:
+                body = writer.node(op, node_deps, tally)
+                if body is None:
+                    body = _make_node(op, node_deps, exact_unit, encoder, tally, base_ps,
+                                      base_us, base_ns)
+                bodies.append(body)
         except ValueError as exc:  # a number the trace gave that no Chakra field holds
             raise TraceFormatError(_sources(trace), f"op {op.name[:60]!r}",
                                    f"values a Chakra node can hold ({exc})") from None
