@@ -18,7 +18,8 @@ cpdef object _autograd_edges(object linker, list tops, list edges)
 
 
 @cython.locals(e=Edge, op=Op, ops=list, starts=list, ends=list, kept=list, seen=set,
-               width=Py_ssize_t, backwards=Py_ssize_t, late=Py_ssize_t)
+               width=Py_ssize_t, backwards=Py_ssize_t, late=Py_ssize_t, src=Py_ssize_t,
+               dst=Py_ssize_t, pair=object)
 cpdef object prune_edges(object linker)
 
 

@@ -404,7 +404,7 @@ def prune_edges(linker: PytorchLinker) -> None:
     parent = _PARENT
     tolerance = CLOCK_TOLERANCE_PS
     for e in linker.edges:
-        src, dst = e.src, e.dst
+        src, dst = e.src, e.dst  # (compiled: C integers, and the pair one int object)
         pair = src * width + dst
         if src == dst or pair in seen:
             continue
