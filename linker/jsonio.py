@@ -64,6 +64,20 @@ def release_pages(data: object, start: int, end: int) -> None:
         data.madvise(mmap.MADV_DONTNEED, first, last - first)
 
 
+def json_array(texts: object) -> bytes:
+    """One JSON array of JSON texts (bytes or buffers, e.g. msgspec.Raw), for one decoder call
+    over many values. Joined, not formatted: ``b"[%b]" % ...`` copies bytes at about a
+    twentieth of the speed of a join (0.4 ms a MB here), which made it a fifth of what reading
+    a Kineto file's events cost."""
+    return b"".join((b"[", b",".join(texts), b"]"))
+
+
+def bracketed(text: object) -> bytes:
+    """A JSON text (bytes or a buffer: a slice of a mapped file) of comma-separated values,
+    as a JSON array (see :func:`json_array`)."""
+    return b"".join((b"[", text, b"]"))
+
+
 def _gunzip(path: Path, data: Buffer) -> bytes:
     # One zlib pass (wbits 31 = gzip framing); a decompressobj lets us tell a truncated
     # stream (no end-of-stream marker) from a corrupt one and name the offset reached.

@@ -34,7 +34,7 @@ except ImportError:  # run as plain Python without Cython installed
 
 from chakra_hooks.common.errors import TraceFormatError, json_kind
 from chakra_hooks.linker.pytorch import et_nodes as pytorch_et_nodes
-from chakra_hooks.linker.jsonio import decode, map_bytes
+from chakra_hooks.linker.jsonio import decode, json_array, map_bytes
 from chakra_hooks.linker.pytorch.et_nodes import (NULL, EtNode, IORaw, StdAttr, StdRfId, StdScope,
                                                  StdSeqId, StdTid, as_json)
 
@@ -152,7 +152,7 @@ def _keep_texts(nodes: list[EtNode]) -> None:
             raws.append(node.raw_inputs)
             raws.append(node.raw_outputs)
         try:
-            ios = _IO_LISTS_DECODER.decode(b"[%b]" % b",".join(raws))
+            ios = _IO_LISTS_DECODER.decode(json_array(raws))
         except (msgspec.MsgspecError, UnicodeDecodeError):
             for node in part:
                 node.keep_io(True, False)
@@ -300,7 +300,7 @@ def _decode_std_chunk(raws: list[msgspec.Raw]) -> list[list[StdAttr]] | None:
     if not raws:
         return []
     try:
-        return _STD_LISTS_DECODER.decode(b"[%b]" % b",".join(raws))
+        return _STD_LISTS_DECODER.decode(json_array(raws))
     except (msgspec.MsgspecError, UnicodeDecodeError):
         return None
 
@@ -623,7 +623,7 @@ def _decode_attr_chunk(part: list[EtNode], raws: list[msgspec.Raw], lo: int, pat
     if not raws:
         return []
     try:
-        return _ATTR_LISTS_DECODER.decode(b"[%b]" % b",".join(raws))
+        return _ATTR_LISTS_DECODER.decode(json_array(raws))
     except (msgspec.MsgspecError, UnicodeDecodeError):
         for index, node in enumerate(part, lo):  # find the node, and raise its error
             if node.attr_raw is not null:

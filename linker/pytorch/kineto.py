@@ -43,7 +43,8 @@ except ImportError:  # run as plain Python without Cython installed
     from chakra_hooks.common.no_cython import cython
 
 from chakra_hooks.common.errors import TraceFormatError, json_kind
-from chakra_hooks.linker.jsonio import Buffer, decode, map_bytes, release_pages
+from chakra_hooks.linker.jsonio import (Buffer, bracketed, decode, json_array, map_bytes,
+                                        release_pages)
 from chakra_hooks.linker.pytorch.kineto_events import (NO_ARGS, CommonArgs, KArgs, KEvent,
                                                        KEventAnyPhase)
 
@@ -275,7 +276,7 @@ def _cut_events(raw: Buffer
         first = done = 0
         for lo, hi in spans:
             try:
-                events = _decode_events(b"[%b]" % view[lo:hi], any_phase)
+                events = _decode_events(bracketed(view[lo:hi]), any_phase)
             except (msgspec.MsgspecError, UnicodeDecodeError):
                 raise _NotProved from None
             # The chunk is copied out: a mapped file's pages up to its end leave the process
@@ -322,7 +323,7 @@ def _split_events(path: Path, raw: Buffer
     def chunks(any_phase: bool = False) -> Iterator[tuple[int, list[KEvent]]]:
         for lo in range(0, len(events), CHUNK):
             try:
-                yield lo, _decode_events(b"[%b]" % b",".join(events[lo:lo + CHUNK]), any_phase)
+                yield lo, _decode_events(json_array(events[lo:lo + CHUNK]), any_phase)
             except msgspec.ValidationError as exc:
                 # A typed field of one event is wrong: name the event.
                 raise TraceFormatError(path, _where(exc, lo), "an event with name, pid, tid, "
@@ -580,7 +581,7 @@ def _set_args(trace: KinetoTrace, events: list[KEvent], first: int, kept: list[K
               raws: list[msgspec.Raw], decoder: msgspec.json.Decoder) -> None:
     """Decode the raw ``args`` of ``kept`` (events of ``events``), one decoder call for all."""
     try:
-        decoded = decoder.decode(b"[%b]" % b",".join(raws))
+        decoded = decoder.decode(json_array(raws))
     except msgspec.ValidationError as exc:
         index = _failed_index(exc)
         where = "traceEvents"
