@@ -67,8 +67,7 @@ def release_pages(data: object, start: int, end: int) -> None:
 def json_array(texts: object) -> bytes:
     """One JSON array of JSON texts (bytes or buffers, e.g. msgspec.Raw), for one decoder call
     over many values. Joined, not formatted: ``b"[%b]" % ...`` copies bytes at about a
-    twentieth of the speed of a join (0.4 ms a MB here), which made it a fifth of what reading
-    a Kineto file's events cost."""
+    twentieth of the speed of a join (0.44 against 0.02 ms a MB here)."""
     return b"".join((b"[", b",".join(texts), b"]"))
 
 

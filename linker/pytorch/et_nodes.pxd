@@ -2,6 +2,9 @@
 # the tensor-id walk calls itself directly, and reads its lists as the builtin type they are;
 # keeping an IO's text is a direct C call from the reader (linker/pytorch/et.pxd).
 cimport cython
+
+cdef bint _COMPILED
+cdef long long _FRAMES[256]  # _scan_tensor_ids' open lists, four numbers each
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
@@ -22,3 +25,19 @@ cdef inline bytes _copy_bytes(object raw):
         return PyBytes_FromStringAndSize(<char*>view.buf, view.len)
     finally:
         PyBuffer_Release(&view)
+
+
+@cython.locals(text="const unsigned char*", end=Py_ssize_t, stack="long long*", depth=int,
+               nested=Py_ssize_t, at=Py_ssize_t, byte="unsigned char", top=Py_ssize_t,
+               place="long long", start=Py_ssize_t, negative=bint, digits=Py_ssize_t,
+               value="long long", whole=bint)
+cpdef object _scan_tensor_ids(bytes data)
+
+
+cdef inline Py_ssize_t _skip_space(const unsigned char* text, Py_ssize_t at,
+                                   Py_ssize_t end) noexcept
+
+
+@cython.locals(byte="unsigned char")
+cdef inline Py_ssize_t _string_after(const unsigned char* text, Py_ssize_t at,
+                                     Py_ssize_t end) noexcept

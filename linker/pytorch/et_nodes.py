@@ -34,6 +34,7 @@ class EtIO:
     types: list = field(default_factory=list)
 
 
+_COMPILED = cython.compiled  # (a C constant compiled; a global read in plain Python)
 NULL = msgspec.Raw(b"null")
 _GPU_RE = re.compile(rb'"(?:cuda|hip)')
 
@@ -149,7 +150,12 @@ class EtNode(msgspec.Struct, gc=False):
         kept text when there is one): a third cheaper than finding tensors in the text by a
         regular expression."""
         if self.cached_text is not None:
-            values = _decode(self.cached_text[outputs][0])
+            text = self.cached_text[outputs][0]
+            if _COMPILED and type(text) is bytes:  # read from the text, not decoded
+                found = _scan_tensor_ids(text)
+                if found is not None:
+                    return found
+            values = _decode(text)
         else:
             values = _decode(self.raw_outputs if outputs else self.raw_inputs)
             if isinstance(values, dict):  # 1.0.2+: {values, shapes, types, strides}
@@ -189,6 +195,140 @@ def as_json(values: msgspec.Raw, shapes: msgspec.Raw, types: msgspec.Raw
     return (_copy_bytes(values) if values is not null else b"[]",
             _copy_bytes(shapes) if shapes is not null else b"[]",
             _copy_bytes(types) if types is not null else b"[]")
+
+
+def _scan_tensor_ids(data: bytes) -> list[int] | None:
+    """``collect_tensor_ids`` of the JSON value ``data``, read from its text (the compiled
+    build's, on C bytes: et_nodes.pxd), without the nested lists its decoding makes (they and
+    their freeing were four fifths of ``tensor_ids``). A list is a tensor when it closes: its
+    id then replaces the ids found inside it, as the walk, which does not enter a tensor,
+    would have them. None for a text it does not read: a top-level value that is no list, a
+    byte beyond ASCII or a control byte in a string, an integer of more than 18 digits in a
+    tensor's place 0, lists nested deeper than 64, a text that ends early; the caller
+    decodes those. The text's JSON syntax has been checked by the ET's decoder (not its UTF-8,
+    which decoding checks: hence no byte beyond ASCII here)."""
+    text = data  # (compiled: its bytes through a C pointer)
+    end = len(data)
+    # per open list: its mark in out, count, flags, id (a C array, et_nodes.pxd: only the
+    # compiled build runs this function)
+    stack = _FRAMES
+    out: list[int] = []
+    depth = 0  # open lists
+    nested = 0  # open lists and objects inside an object (skipped: the walk ignores objects)
+    at = _skip_space(text, 0, end)
+    if at >= end or text[at] != 91:  # [
+        return None
+    while at < end:
+        byte = text[at]
+        if byte in (32, 9, 10, 13, 44):  # blank, or the comma between two values
+            at += 1
+            continue
+        if nested:
+            if byte == 91 or byte == 123:  # [ {
+                nested += 1
+            elif byte == 93 or byte == 125:  # ] }
+                nested -= 1
+            elif byte == 34:  # "
+                at = _string_after(text, at, end)
+                if at < 0:
+                    return None
+                continue
+            at += 1
+            continue
+        if byte == 93:  # ]: a list closes
+            if depth == 0:
+                return None
+            depth -= 1
+            top = 4 * depth
+            if stack[top + 1] == 6 and stack[top + 2] == 7:  # a tensor: its id, not its items'
+                del out[stack[top]:]
+                out.append(stack[top + 3])
+            at += 1
+            if depth == 0:
+                return out if _skip_space(text, at, end) == end else None
+            continue
+        # a value: an item of the innermost list
+        if depth == 0:
+            if byte != 91 or at != _skip_space(text, 0, end):
+                return None
+        else:
+            top = 4 * (depth - 1)
+            place = stack[top + 1]
+            stack[top + 1] = place + 1
+        if byte == 91:  # [
+            if depth == 64:
+                return None
+            top = 4 * depth
+            stack[top] = len(out)
+            stack[top + 1] = stack[top + 2] = stack[top + 3] = 0
+            depth += 1
+            at += 1
+        elif byte == 123:  # {
+            nested = 1
+            at += 1
+        elif byte == 34:  # "
+            if depth and place == 5:
+                stack[top + 2] |= 4
+            at = _string_after(text, at, end)
+            if at < 0:
+                return None
+        elif byte == 45 or 48 <= byte <= 57:  # - 0-9
+            start = at
+            negative = byte == 45
+            if negative:
+                at += 1
+            digits = 0
+            value = 0
+            while at < end and 48 <= text[at] <= 57:
+                if digits < 18:
+                    value = value * 10 + (text[at] - 48)
+                digits += 1
+                at += 1
+            whole = digits > 0
+            while at < end and text[at] in (46, 101, 69, 43, 45) or (
+                    at < end and 48 <= text[at] <= 57):  # . e E + - and digits: a float
+                whole = False
+                at += 1
+            if at == start + negative:
+                return None
+            if whole and depth:
+                if place == 0:
+                    if digits > 18:
+                        return None
+                    stack[top + 2] |= 1
+                    stack[top + 3] = -value if negative else value
+                elif place == 3:
+                    stack[top + 2] |= 2
+        elif byte == 116 or byte == 102 or byte == 110:  # true false null
+            while at < end and 97 <= text[at] <= 122:
+                at += 1
+        else:
+            return None
+    return None
+
+
+def _skip_space(text: bytes, at: int, end: int) -> int:
+    """The place of the first byte from ``at`` on that is not JSON blank (``end`` if none)."""
+    while at < end and text[at] in (32, 9, 10, 13):
+        at += 1
+    return at
+
+
+def _string_after(text: bytes, at: int, end: int) -> int:
+    """The place after the JSON string that starts at ``at`` (its opening quote); -1 for a
+    byte beyond ASCII or a control byte in it, or no closing quote."""
+    at += 1
+    while at < end:
+        byte = text[at]
+        if byte == 34:
+            return at + 1
+        if byte == 92:  # a backslash: the next byte is escaped
+            at += 2
+            continue
+        if byte >= 128 or byte < 32:
+            return -1
+        at += 1
+    return -1
 
 
 def collect_tensor_ids(value: object, out: list[int]) -> None:
