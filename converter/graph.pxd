@@ -46,6 +46,15 @@ cpdef bint _numbered_by_place(list ops) except -1
 cpdef bint _in_time_order(object incoming, object kept)
 
 
+@cython.locals(dst=Py_ssize_t, dst_op=Op, one="long long", first="long long",
+               second="long long")
+cpdef bint _places_in_time_order(list places, list ops) except -1
+
+
+@cython.locals(src_op=Op)
+cdef inline bint _place_before(list ops, Py_ssize_t src, Py_ssize_t dst, object dst_start) except -1
+
+
 @cython.locals(src_op=Op)
 cpdef bint _runs_before(object kept, bint by_place, object src, object dst, object dst_start)
 

@@ -278,7 +278,7 @@ def _resolve_edges(trace: LinkedTrace, ops: list[Op], all_kept: bool = False,
                     places[place] = grown
                 else:
                     incoming[dst] = grown
-    if listed and (has_parent or not _in_time_order(places, kept)):
+    if listed and (has_parent or not _places_in_time_order(places, kept)):
         incoming = {dst: slot for dst, slot in enumerate(places) if slot is not None}
         places, listed = [], False
     if not listed:
@@ -514,6 +514,46 @@ def _in_time_order(incoming: dict[int, object] | list[object],
                 if not _runs_before(kept, by_place, src, dst, dst_start):
                     return False
     return True
+
+
+def _places_in_time_order(places: list[object], ops: list[Op]) -> bool:
+    """_in_time_order for an edge map by place over all the ops (uids are places, every
+    source one of them): the compiled build's, each source's place a C integer (graph.pxd).
+    Plain Python binds the name to _in_time_order; tests hold the two alike."""
+    for dst in range(len(places)):
+        sources = places[dst]
+        if sources is None:
+            continue
+        dst_op = ops[dst]
+        dst_start = dst_op.start_ps
+        if dst_start is None:
+            return False
+        if type(sources) is int:
+            one = sources
+            if not _place_before(ops, one >> 3, dst, dst_start):
+                return False
+        elif type(sources) is tuple:
+            a, b = sources
+            first, second = a, b
+            if not (_place_before(ops, first >> 3, dst, dst_start)
+                    and _place_before(ops, second >> 3, dst, dst_start)):
+                return False
+        else:
+            for src in sources:
+                if not _runs_before(ops, True, src, dst, dst_start):
+                    return False
+    return True
+
+
+def _place_before(ops: list[Op], src: int, dst: int, dst_start: int) -> bool:
+    """_runs_before for ops by place (src a place in them)."""
+    src_op = ops[src]
+    src_start = src_op.start_ps
+    return not (src_start is None or src_start > dst_start or (src_start == dst_start and src > dst))
+
+
+if not cython.compiled:
+    _places_in_time_order = _in_time_order  # noqa: F811 (the reference; see above)
 
 
 def _runs_before(kept: dict[int, Op] | list[Op], by_place: bool, src: int, dst: int,

@@ -10,7 +10,8 @@ import pytest
 from chakra_hooks.converter import etio
 from chakra_hooks.converter.attrs import attr_dict, value_of
 from chakra_hooks.converter.graph import (
-    _in_time_order, _with_place_source, _with_source, build_graph, round_us,
+    _in_time_order, _places_in_time_order, _with_place_source, _with_source, build_graph,
+    round_us,
 )
 from chakra_hooks.converter.schema import NodeType
 from chakra_hooks.converter.validate import validate
@@ -319,6 +320,7 @@ def test_time_order_check_holds_each_source_to_its_destination() -> None:
             assert _in_time_order({d: s for d, s in slots.items() if d in kept_uids}, kept) == want, edges
             if kept_uids == set(range(len(ops))) and all(src < len(ops) for src, _ in edges):
                 assert _in_time_order(places, ops) == want, edges
+                assert _places_in_time_order(places, ops) == want, edges
 
 
 def test_an_edge_map_entry_grows_alike_by_place() -> None:
