@@ -235,9 +235,7 @@ def _scan_tensor_ids(data: bytes) -> list[int] | None:
                 continue
             at += 1
             continue
-        if byte == 93:  # ]: a list closes
-            if depth == 0:
-                return None
+        if byte == 93:  # ]: a list closes (the outermost is open: the loop returns when it closes)
             depth -= 1
             top = 4 * depth
             if stack[top + 1] == 6 and stack[top + 2] == 7:  # a tensor: its id, not its items'
@@ -247,11 +245,8 @@ def _scan_tensor_ids(data: bytes) -> list[int] | None:
             if depth == 0:
                 return out if _skip_space(text, at, end) == end else None
             continue
-        # a value: an item of the innermost list
-        if depth == 0:
-            if byte != 91 or at != _skip_space(text, 0, end):
-                return None
-        else:
+        # a value: an item of the innermost list (or, first, the outermost list itself)
+        if depth:
             top = 4 * (depth - 1)
             place = stack[top + 1]
             stack[top + 1] = place + 1
