@@ -68,7 +68,7 @@ def json_array(texts: object) -> bytes:
     """One JSON array of JSON texts (bytes or buffers, e.g. msgspec.Raw), for one decoder call
     over many values. Joined, not formatted: ``b"[%b]" % ...`` copies bytes at about a
     twentieth of the speed of a join (0.44 against 0.02 ms a MB here)."""
-    return b"".join((b"[", b",".join(texts), b"]"))
+    return bracketed(b",".join(texts))
 
 
 def bracketed(text: object) -> bytes:
