@@ -10,9 +10,22 @@ from chakra_hooks.linker.pytorch.layouts cimport KEvent
 cpdef object _ns(object value)
 
 
+cdef long long _SLOW, _INT_LIMIT
+cdef double _ROUND_LIMIT
+
+
+@cython.locals(number=cython.double, scaled=cython.double, whole=cython.longlong, rest=cython.double)
+cdef long long _ns_at(object value, long long base) except? -1
+
+
+@cython.locals(start=cython.longlong, dur=cython.longlong)
+cdef inline bint _times_in_c(KEvent ev, long long base, list unknown_dur) except -1
+
+
 @cython.locals(pids=set, out_of=dict, ids=dict, names=dict, host=list, device=list, full_names=dict,
                common_events=list, common_raws=list, full_events=list, full_raws=list,
-               devices_before=Py_ssize_t, uncorrelated=Py_ssize_t, ev=KEvent, phase_of=dict)
+               devices_before=Py_ssize_t, uncorrelated=Py_ssize_t, ev=KEvent, phase_of=dict,
+               c_times=cython.bint, c_base=cython.longlong)
 cpdef object _read_events(object trace, list events, Py_ssize_t first)
 
 

@@ -214,6 +214,58 @@ def _ns(value: object) -> int:
     return round(scaled)
 
 
+# _ns_at's answer where C integers do not hold the time (or it is no int or float): the
+# caller works it out with _ns, on Python integers, as plain Python does.
+_SLOW = -(1 << 63)
+_INT_LIMIT = 1 << 52  # |int microseconds| below this: times 1000 stays below 2^62
+
+
+def _ns_at(value: object, base: int) -> int:
+    """``base + _ns(value)`` on C integers, for the compiled build's per-event loop (which
+    then keeps the times it checks in C, and makes one int object a time instead of two and
+    a sum); _SLOW where that does not hold: a value that is neither an int nor a float, or
+    one beyond 2^62 ns (``base`` is below 2^62 in magnitude: the caller's check)."""
+    if type(value) is int:
+        try:
+            whole = value  # the compiled build converts it to a C integer here
+        except OverflowError:  # beyond 64 bits
+            return _SLOW
+        if -_INT_LIMIT < whole < _INT_LIMIT:
+            return base + whole * 1000
+        return _SLOW
+    if type(value) is not float:
+        return _SLOW
+    number = value  # the compiled build converts it to a C double here
+    scaled = number * 1000  # type: ignore[operator]
+    if not -_ROUND_LIMIT < scaled < _ROUND_LIMIT:  # (NaN too)
+        return _SLOW
+    whole = int(scaled)  # as _ns: toward zero, then half to even
+    rest = scaled - whole
+    if rest > 0.5 or (rest == 0.5 and whole % 2):
+        whole += 1
+    elif rest < -0.5 or (rest == -0.5 and whole % 2):
+        whole -= 1
+    return base + whole
+
+
+def _times_in_c(ev: KEvent, base: int, unknown_dur: list[KEvent]) -> bool:
+    """Set ``ev``'s start and duration as _read_events does, where _ns_at works both out
+    and both pass its checks; False, and ``ev`` untouched, where not (the Python reading
+    then gives the same times, or the error)."""
+    start = _ns_at(ev.start, base)
+    if start == _SLOW or not 0 <= start < _TIME_LIMIT_NS:
+        return False
+    raw_dur = ev.dur
+    dur = 0 if raw_dur is None else _ns_at(raw_dur, 0)
+    if dur == _SLOW or not 0 <= dur <= _TIME_LIMIT_NS:
+        return False
+    ev.start = start
+    ev.dur = dur
+    if raw_dur is None:  # not measured (see _read_events)
+        unknown_dur.append(ev)
+    return True
+
+
 def _check_id(trace: KinetoTrace, index: int, name: str, value: object) -> None:
     """A pid or tid is a number or a name (Kineto writes both); anything else is damage."""
     if not isinstance(value, (int, str)) or isinstance(value, bool):
@@ -413,6 +465,10 @@ def _read_events(trace: KinetoTrace, events: list[KEvent], first: int) -> int:
     complete, any_phase, phase_of = _Complete, KEventAnyPhase, _PHASE_OF
     last_pid = last_tid = last_host_pid = None  # the shared pid and tid objects last set
     reuse_ids = cython.compiled
+    # The compiled build works the times out on C integers (_ns_at) where they fit, and
+    # falls back to the Python reading below where they do not (or are damaged).
+    c_times = cython.compiled and -_TIME_LIMIT_NS < base < _TIME_LIMIT_NS
+    c_base = base if c_times else 0
     for index, item in enumerate(events, first):
         kind = type(item)
         if kind is not complete:
@@ -428,28 +484,29 @@ def _read_events(trace: KinetoTrace, events: list[KEvent], first: int) -> int:
             continue
         out, cat, full_names = found
         ev.cat = cat  # one shared string per category, not one per event
-        field = "ts"
-        try:
-            start = ev.start = base + _ns(ev.start)
-            field = "dur"
-            dur = ev.dur
-            if dur is None:  # not measured: kept as 0 for ordering, written duration_unknown
-                dur = ev.dur = 0
-                unknown_dur.append(ev)
-            else:
-                dur = ev.dur = _ns(dur)
-        except (TypeError, ValueError, OverflowError) as exc:
-            got = ev.start if field == "ts" else ev.dur
-            raise TraceFormatError(trace.path, f"traceEvents[{index}]",
-                                   f"{field}: {_TIME_KIND if _is_number(got) else 'a number'}, "
-                                   f"got {json_kind(got)}") from exc
-        if dur < 0 or not 0 <= start < _TIME_LIMIT_NS or dur > _TIME_LIMIT_NS:
-            # A time before 1970 on Kineto's epoch clock (with baseTimeNanoseconds added) is
-            # damage too, and a Chakra start time cannot hold it.
-            name = ev.name if len(ev.name) <= 80 else ev.name[:77] + "..."
-            raise TraceFormatError(trace.path, f"traceEvents[{index}] ({name!r})",
-                                   f"ts (plus baseTimeNanoseconds) from 0 to 2^62 ns and "
-                                   f"dur >= 0 (ts {ev.start} ns, dur {ev.dur} ns)")
+        if not (c_times and _times_in_c(ev, c_base, unknown_dur)):
+            field = "ts"
+            try:
+                start = ev.start = base + _ns(ev.start)
+                field = "dur"
+                dur = ev.dur
+                if dur is None:  # not measured: kept as 0 for ordering, written duration_unknown
+                    dur = ev.dur = 0
+                    unknown_dur.append(ev)
+                else:
+                    dur = ev.dur = _ns(dur)
+            except (TypeError, ValueError, OverflowError) as exc:
+                got = ev.start if field == "ts" else ev.dur
+                raise TraceFormatError(trace.path, f"traceEvents[{index}]",
+                                       f"{field}: {_TIME_KIND if _is_number(got) else 'a number'}"
+                                       f", got {json_kind(got)}") from exc
+            if dur < 0 or not 0 <= start < _TIME_LIMIT_NS or dur > _TIME_LIMIT_NS:
+                # A time before 1970 on Kineto's epoch clock (with baseTimeNanoseconds added)
+                # is damage too, and a Chakra start time cannot hold it.
+                name = ev.name if len(ev.name) <= 80 else ev.name[:77] + "..."
+                raise TraceFormatError(trace.path, f"traceEvents[{index}] ({name!r})",
+                                       f"ts (plus baseTimeNanoseconds) from 0 to 2^62 ns and "
+                                       f"dur >= 0 (ts {ev.start} ns, dur {ev.dur} ns)")
         name = ev.name
         if ev.tid is None or not name:
             raise TraceFormatError(trace.path, f"traceEvents[{index}]",

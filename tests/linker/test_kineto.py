@@ -77,6 +77,80 @@ def test_time_conversion_is_round_of_microseconds_times_1000() -> None:
             _ns(bad)
 
 
+def _kernel_times_read(tmp_path: Path, pairs: list, base) -> list:
+    """(start, dur) of each (ts, dur) kernel event read back (dur None: no dur in the file)."""
+    import json
+
+    events = []
+    for i, (ts, dur) in enumerate(pairs):
+        event = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": ts,
+                 "args": {"correlation": i}}
+        if dur is not None:
+            event["dur"] = dur
+        events.append(event)
+    doc = {"traceEvents": events}
+    if base is not None:
+        doc["baseTimeNanoseconds"] = base
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    trace = read_kineto(path)
+    assert all(type(ev.start) is int and type(ev.dur) is int for ev in trace.device)
+    unknown = {ev.args.correlation for ev in trace.unknown_dur}
+    assert unknown == {i for i, (_, dur) in enumerate(pairs) if dur is None}
+    return [(ev.start, ev.dur) for ev in sorted(trace.device, key=lambda ev: ev.args.correlation)]
+
+
+@pytest.mark.parametrize("base", [None, 1000, 1711964646000000000, (1 << 62) - 10**15])
+def test_event_times_are_base_plus_round_of_microseconds(tmp_path: Path, base) -> None:
+    # The compiled reader works most times out on C integers and the rest as plain Python
+    # does: every kept event's start and duration must be base + round(ts * 1000) and
+    # round(dur * 1000), whichever way each went (ints past 2^52 and times near 2^62 take
+    # the Python way; ties, ints and floats within the clock the C way).
+    import random
+
+    rng = random.Random(base or 0)
+    shift = base or 0
+    center = 1_711_964_646_123.456 if base is None else 10**9
+    day_us = 86_400 * 10**6
+    offsets = [0, 0.0005, 0.0015, 0.0025, 0.29, 1.001, 2.5, True]
+    offsets += [rng.uniform(0, day_us / 2) for _ in range(3000)]
+    offsets += [round(rng.uniform(0, 1e9), 3) for _ in range(3000)]
+    offsets += [rng.randrange(0, 10**9) / 2000 for _ in range(3000)]  # exact half-ns ties
+    offsets += [rng.randrange(0, 10**10) for _ in range(1000)]
+    pairs = [(center + offset if rng.random() < 0.5 else int(center) + offset,
+              rng.choice([None, 0, 1, 0.0005, 3.0015, rng.uniform(0, 1e6), rng.randrange(10**9)]))
+             for offset in offsets]
+    expected = [(shift + round(ts * 1000), 0 if dur is None else round(dur * 1000))
+                for ts, dur in pairs]
+    assert _kernel_times_read(tmp_path, pairs, base) == expected
+    # One event a file (no other event to be a day away from): times at the clock's edges.
+    limit = 1 << 62
+    # (Durations stay within a day: a longer one is dropped as damage, drop_out_of_range.)
+    for ts, dur in [(2**52 - 1, 1), (2**52, 1), (2**52 + 1, 1.5), (4_555_000_000_000_000, 10**6),
+                    (4.55e15, 8.64e10), ((limit - shift - 1) // 1000, 0), (True, True)]:
+        start = shift + round(ts * 1000)
+        if 0 <= start < limit:
+            assert _kernel_times_read(tmp_path, [(ts, dur)], base) == [(start, round(dur * 1000))]
+
+
+@pytest.mark.parametrize("ts, dur, base", [
+    (4.7e15, 1.0, None), (4_700_000_000_000_000, 1, None), (2**70, 1, None), (1.0, -0.5, None),
+    (-0.001, 1.0, None), (1.0, 4.7e15, None), (1.0, 2**64, None), (1.0, 1.0, 1 << 62),
+    (1.0, 1.0, -(1 << 62) - 5), ("1", 1.0, None), (1.0, "1", None), (1.0, float("nan"), None),
+    (float("inf"), 1.0, None)])
+def test_times_beyond_the_clock_are_errors_either_way(tmp_path: Path, ts, dur, base) -> None:
+    import json
+
+    doc = {"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7,
+                            "ts": ts, "dur": dur, "args": {"correlation": 1}}]}
+    if base is not None:
+        doc["baseTimeNanoseconds"] = base
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc).replace("NaN", "1e999").replace("Infinity", "1e999"))
+    with pytest.raises(TraceFormatError, match=r"traceEvents\[0\]"):
+        read_kineto(path)
+
+
 def test_rocm_trace_reads(corpus: Path) -> None:
     trace = read_kineto(corpus / "vllm/mi300x_decode_full/graph_execution.json.gz")
     assert Counter(ev.cat for ev in trace.device)["kernel"] == 425
