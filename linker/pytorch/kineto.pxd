@@ -12,6 +12,7 @@ cpdef object _ns(object value)
 
 cdef long long _SLOW, _INT_LIMIT
 cdef double _ROUND_LIMIT
+cdef long long _TIME_LIMIT_NS
 
 
 @cython.locals(number=cython.double, scaled=cython.double, whole=cython.longlong, rest=cython.double)
