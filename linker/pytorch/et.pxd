@@ -51,9 +51,23 @@ cdef (Py_ssize_t, int, long long) _attr_at(const unsigned char* text, Py_ssize_t
 
 
 @cython.locals(name_sep=bytes, type_sep=bytes, value_sep=bytes, start=Py_ssize_t,
-               close=Py_ssize_t, code=int, value="long long")
+               close=Py_ssize_t, code=int, value="long long", after=Py_ssize_t)
 cdef (Py_ssize_t, int, long long) _spelled_attr_at(const unsigned char* text, Py_ssize_t at,
                                                    Py_ssize_t end) noexcept
+
+
+@cython.locals(prefix=bytes, after=Py_ssize_t, value="long long")
+cdef (Py_ssize_t, int, long long) _torch_attr_at(const unsigned char* text, Py_ssize_t at,
+                                                 Py_ssize_t end, Py_ssize_t place) noexcept
+
+
+@cython.locals(close=Py_ssize_t, value="long long")
+cdef inline (Py_ssize_t, long long) _attr_value_end(const unsigned char* text, Py_ssize_t start,
+                                                    Py_ssize_t end) noexcept
+
+
+cdef tuple _TORCH_SPACED, _TORCH_TIGHT, _TORCH_CODES
+cdef Py_ssize_t _TORCH_COUNT
 
 
 cdef inline bint _starts(const unsigned char* text, Py_ssize_t at, Py_ssize_t end,

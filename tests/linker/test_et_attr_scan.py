@@ -125,3 +125,38 @@ def test_torch_lists_with_any_values_are_read(values: list, ten: bool) -> None:
     assert expected == [(rf, seq, 0, tid) for rf, seq, tid in values]
     fits = all(abs(number) < 10**18 for v in values for number in v)
     assert scanned(raws) == (expected if fits else None)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(st.lists(VALUES, min_size=7, max_size=7), min_size=1, max_size=4),
+       st.lists(st.sampled_from(["uint64", "int64", "string"]), min_size=7, max_size=7),
+       st.booleans(), st.sampled_from([(", ", ": "), (",", ":"), (" ,", ":")]))
+def test_torch_order_with_any_values_reads_as_decoded(values: list, types: list, own_types: bool,
+                                                     separators: tuple) -> None:
+    """Each attr at its place in torch's order is compared whole up to its value
+    (et._torch_attr_at): with any value, any type, in either spelling (or neither), the
+    scan reads what decoding reads, or declines."""
+    lists = []
+    for row in values:
+        items = [attr(name, value) for name, value in zip(TORCH_ORDER, row)]
+        if not own_types:
+            for item, kind in zip(items, types):
+                item["type"] = kind
+        lists.append(items)
+    raws = [msgspec.Raw(json.dumps(item, separators=separators).encode()) for item in lists]
+    expected, got = reference(raws), scanned(raws)
+    if got is not None:
+        assert got == expected
+
+
+@pytest.mark.parametrize("other", ["x", "", None, True, False, 5, -3, 10**17])
+@pytest.mark.parametrize("separators", [(", ", ": "), (",", ":")])
+def test_torch_lists_are_read_whatever_their_other_values(other, separators) -> None:
+    """fw_parent, fw_tid and op_schema may hold any string, short integer or literal: a list
+    in torch's order and spelling is read (not declined), as decoding reads it."""
+    rows = [(7, 0, -1, 0, 1, 0, "aten::mm(Tensor self)"), (9, other, 4, 2, 3, other, other)]
+    lists = [[attr(name, value) for name, value in zip(TORCH_ORDER, row)] for row in rows]
+    for item in lists[1]:
+        item["type"] = TYPES.get(item["name"], "uint64")
+    raws = [msgspec.Raw(json.dumps(item, separators=separators).encode()) for item in lists]
+    assert scanned(raws) == reference(raws) == [(7, -1, 0, 1), (9, 4, 2, 3)]
