@@ -10,8 +10,9 @@ cdef class KThread:
     cdef public object key
     cdef public list events, starts, clipped
 
-    @cython.locals(i=Py_ssize_t, ev=KEvent)
-    cpdef KEvent innermost(self, object t)
+    @cython.locals(i=Py_ssize_t, ev=KEvent, starts=list, lo=Py_ssize_t, hi=Py_ssize_t,
+                   mid=Py_ssize_t, start="long long", dur="long long")
+    cpdef KEvent innermost(self, long long t)
 
 
 @cython.locals(ev=KEvent, events=list, stack=list, ends=list, threads=dict, starts=list,

@@ -19,6 +19,11 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from operator import attrgetter
 
+try:  # read by Cython when it compiles this module (setup.py): see KThread.innermost
+    import cython
+except ImportError:  # run as plain Python without Cython installed
+    from chakra_hooks.common.no_cython import cython
+
 from chakra_hooks.linker.pytorch.kineto_events import KEvent
 from chakra_hooks.linker.pytorch.et import HostEt
 from chakra_hooks.linker.pytorch.et_nodes import EtNode
@@ -40,10 +45,27 @@ class KThread:
     clipped: list[KEvent]
 
     def innermost(self, t: int) -> KEvent | None:
-        """The innermost range open at time ``t`` (start <= t <= end), or None."""
-        i = bisect_right(self.starts, t) - 1
+        """The innermost range open at time ``t`` (start <= t <= end), or None. (Compiled,
+        on C integers, match.pxd: Kineto's times are below 2^62 ns, the reader's check.)"""
+        starts = self.starts
+        if cython.compiled:  # bisect_right, comparing C integers (it compared int objects)
+            lo, hi = 0, len(starts)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                start = starts[mid]
+                if t < start:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            i = lo - 1
+        else:
+            i = bisect_right(starts, t) - 1
         ev = self.events[i] if i >= 0 else None
-        while ev is not None and ev.start + ev.dur < t:
+        while ev is not None:
+            start = ev.start
+            dur = ev.dur
+            if start + dur >= t:
+                break
             ev = ev.parent
         return ev
 

@@ -412,6 +412,44 @@ def test_host_ranges_in_entry_order_and_nested() -> None:
     assert sum(len(th.events) for th in threads.values()) == len(host)
 
 
+def test_innermost_range_at_any_time() -> None:
+    """KThread.innermost (the compiled build searches the starts on C integers) gives what
+    bisecting the starts and walking up the parents gives, at every start, end and between,
+    on nested ranges with equal starts and ends and clock-sized times."""
+    import random
+    from bisect import bisect_right
+
+    from chakra_hooks.linker.pytorch.kineto_events import KEvent
+    from chakra_hooks.linker.pytorch.match import index_threads
+
+    rng = random.Random(11)
+    base = 1_711_964_646_000_000_000
+    host = []
+    for i in range(400):
+        start = base + rng.randrange(0, 2000) * 10
+        host.append(KEvent(f"op{i}", "user_annotation", pid=1, tid=1, start=start,
+                           dur=rng.choice([0, 10, 30, 200, 5000])))
+    thread = index_threads(host)[(1, 1)]
+
+    def reference(t: int):
+        i = bisect_right(thread.starts, t) - 1
+        ev = thread.events[i] if i >= 0 else None
+        while ev is not None and ev.start + ev.dur < t:
+            ev = ev.parent
+        return ev
+
+    times = {base - 1, base, base + 30_000}
+    for ev in host:
+        times.update((ev.start - 1, ev.start, ev.start + 1, ev.start + ev.dur,
+                      ev.start + ev.dur + 1))
+    found = 0
+    for t in sorted(times):
+        got = thread.innermost(t)
+        assert got is reference(t), t
+        found += got is not None
+    assert 0 < found < len(times)
+
+
 def test_an_op_call_that_outlives_the_range_it_is_in_is_cut_to_it() -> None:
     """An op whose duration became 1,000x its own (20 ms inside a 60 us backward function)
     made the next 80 ops of its thread its children: they were lost from the ET."""
