@@ -16,7 +16,7 @@ cdef class KThread:
 
 
 @cython.locals(ev=KEvent, events=list, stack=list, ends=list, threads=dict, starts=list,
-               clipped=list)
+               clipped=list, members=list)
 cpdef dict index_threads(list host)
 
 

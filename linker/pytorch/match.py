@@ -73,8 +73,15 @@ class KThread:
 def index_threads(host: list[KEvent]) -> dict[tuple, KThread]:
     """Group host ranges by (pid, tid), sort them in entry order and set ``parent``."""
     groups: dict[tuple, list[KEvent]] = defaultdict(list)
+    # A thread's ranges come in runs, and the reader shares one pid and one tid object per
+    # value: the list of the run's thread is looked up (a key tuple made and hashed) once
+    # per run, not per range.
+    last_pid = last_tid = members = None
     for ev in host:
-        groups[(ev.pid, ev.tid)].append(ev)
+        if ev.pid is not last_pid or ev.tid is not last_tid or members is None:
+            last_pid, last_tid = ev.pid, ev.tid
+            members = groups[(last_pid, last_tid)]
+        members.append(ev)
     threads = {}
     for key, events in groups.items():
         # Entry order: earlier start first; at equal starts the longer (enclosing) range first.

@@ -412,6 +412,24 @@ def test_host_ranges_in_entry_order_and_nested() -> None:
     assert sum(len(th.events) for th in threads.values()) == len(host)
 
 
+def test_threads_group_ranges_by_value_not_object() -> None:
+    """index_threads looks a thread up once per run of its ranges, by the pid and tid objects
+    the reader shares; equal ids in objects of their own still make one thread, in order."""
+    from chakra_hooks.linker.pytorch.kineto_events import KEvent
+    from chakra_hooks.linker.pytorch.match import index_threads
+
+    def big(value: int) -> int:
+        return int(str(value))  # a new int object each time
+
+    host = [KEvent(f"op{i}", "cpu_op", pid=big(10**12), tid=big(10**12 + i % 3 // 2),
+                   start=i * 10, dur=5) for i in range(30)]
+    threads = index_threads(host)
+    assert list(threads) == [(10**12, 10**12), (10**12, 10**12 + 1)]
+    assert [ev.name for ev in threads[(10**12, 10**12 + 1)].events] == [
+        f"op{i}" for i in range(30) if i % 3 == 2]
+    assert sum(len(th.events) for th in threads.values()) == 30
+
+
 def test_innermost_range_at_any_time() -> None:
     """KThread.innermost (the compiled build searches the starts on C integers) gives what
     bisecting the starts and walking up the parents gives, at every start, end and between,
