@@ -3,6 +3,7 @@
 # (linker/model.pxd), so that their fields are read and written as C struct members.
 cimport cython
 from chakra_hooks.linker.model cimport Edge, Op
+from chakra_hooks.linker.pytorch.layouts cimport KEvent
 
 
 cdef class _Cut:
@@ -23,7 +24,7 @@ cpdef bint _timed(Op op)
 
 
 @cython.locals(cut=_Cut)
-cpdef object _launch_cut(Op host, Op device, object runtime, Edge edge, object cuts)
+cpdef object _launch_cut(Op host, Op device, KEvent runtime, Edge edge, object cuts)
 
 
 @cython.locals(host=Op, cut=_Cut, ops=list, edges=list, starts=list, uids=list)

@@ -235,9 +235,17 @@ def _apply(ops: list[Op], edges: list[Edge], uid: int, found: list[_Cut],
     start, end = host.start_ps, host.start_ps + host.dur_ps
     merged: list[_Cut] = []
     for cut in (found if len(found) == 1 else sorted(found, key=_AT)):
-        cut.a, cut.b = min(max(cut.a, start), end), min(max(cut.b, start), end)
-        if cut.b < cut.a:
-            cut.b = cut.a
+        # each end within the op (min(max(x, start), end), without the two builtin calls)
+        a, b = cut.a, cut.b
+        if a < start:
+            a = start
+        if a > end:
+            a = end
+        if b < start:
+            b = start
+        if b > end:
+            b = end
+        cut.a, cut.b = a, b if b >= a else a
         last = merged[-1] if merged else None
         if last is not None and (cut.a < last.b or (cut.a == last.a and cut.b == last.b) or (
                 not cut.awaited and cut.a - last.b < MERGE_LAUNCHES_PS)):
