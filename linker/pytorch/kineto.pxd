@@ -6,7 +6,7 @@
 cimport cython
 from chakra_hooks.linker.pytorch.layouts cimport KEvent
 
-@cython.locals(number=cython.double, scaled=cython.double, whole=cython.longlong, rest=cython.double)
+@cython.locals(number=cython.double, whole=cython.longlong)
 cpdef object _ns(object value)
 
 
@@ -16,7 +16,7 @@ cdef long long _TIME_LIMIT_NS
 
 
 @cython.locals(number=cython.double, scaled=cython.double, whole=cython.longlong, rest=cython.double)
-cdef long long _ns_at(object value, long long base) except? -1
+cdef inline long long _ns_at(object value, long long base) except? -1
 
 
 @cython.locals(start=cython.longlong, dur=cython.longlong)

@@ -112,7 +112,7 @@ _EVENTS_START = re.compile(rb'"traceEvents"\s*:\s*(\[)\s*')
 _BETWEEN_EVENTS = re.compile(rb"\}\s*,\s*(?=\{)")
 _BLANK = frozenset(b" \t\r\n")
 _END_TRIES = 10_000
-_ROUND_LIMIT = float(1 << 62)  # |ns| below this: _ns rounds on C integers in the compiled build
+_ROUND_LIMIT = float(1 << 62)  # |ns| below this: _ns_at rounds on C integers
 # Times beyond this are damage, not clocks (2^62 ns is the year 2116; the ET writes int64 ns).
 _TIME_LIMIT_NS = 1 << 62
 _DAY_NS = 86_400 * 10**9
@@ -192,26 +192,19 @@ def _is_number(value: object) -> bool:
 def _ns(value: object) -> int:
     """Microseconds (int, or float with 3 decimals) -> integer ns: ``round(value * 1000)``.
 
-    The compiled build spells the rounding out (half to even, as ``round``) and runs it on C
-    numbers (pytorch/kineto.pxd), where the builtin ``round`` was most of this function's cost;
-    plain Python calls ``round``, which there costs half of the spelled-out arithmetic. It runs
-    for every time of every kept event.
+    The compiled build rounds a float on C numbers (_ns_at, half to even, as ``round``),
+    where the builtin ``round`` was most of this function's cost; plain Python calls
+    ``round``, which there costs half of the spelled-out arithmetic.
     """
     if type(value) is int:
         return value * 1000
     if not cython.compiled:
         return round(value * 1000)  # type: ignore[operator]
-    number = value  # the compiled build converts it to a C double here (TypeError if no number)
-    scaled = number * 1000  # type: ignore[operator]
-    if -_ROUND_LIMIT < scaled < _ROUND_LIMIT:
-        whole = int(scaled)  # toward zero; scaled - whole is then exact
-        rest = scaled - whole
-        if rest > 0.5 or (rest == 0.5 and whole % 2):
-            whole += 1
-        elif rest < -0.5 or (rest == -0.5 and whole % 2):
-            whole -= 1
+    whole = _ns_at(value, 0)
+    if whole != _SLOW:
         return whole
-    return round(scaled)
+    number = value  # any other number (TypeError if none), converted to a C double here
+    return round(number * 1000)  # type: ignore[operator]
 
 
 # _ns_at's answer where C integers do not hold the time (or it is no int or float): the
@@ -221,10 +214,11 @@ _INT_LIMIT = 1 << 52  # |int microseconds| below this: times 1000 stays below 2^
 
 
 def _ns_at(value: object, base: int) -> int:
-    """``base + _ns(value)`` on C integers, for the compiled build's per-event loop (which
-    then keeps the times it checks in C, and makes one int object a time instead of two and
-    a sum); _SLOW where that does not hold: a value that is neither an int nor a float, or
-    one beyond 2^62 ns (``base`` is below 2^62 in magnitude: the caller's check)."""
+    """``base + _ns(value)`` on C integers, for the compiled build (the per-event loop then
+    keeps the times it checks in C, and makes one int object a time instead of two and a
+    sum); _SLOW where that does not hold: a value that is neither an int nor a float, or one
+    beyond 2^62 ns (``base`` is below 2^62 in magnitude: the caller's check). A float is
+    rounded half to even, spelled out, as ``round`` rounds it."""
     if type(value) is int:
         try:
             whole = value  # the compiled build converts it to a C integer here
@@ -239,7 +233,7 @@ def _ns_at(value: object, base: int) -> int:
     scaled = number * 1000  # type: ignore[operator]
     if not -_ROUND_LIMIT < scaled < _ROUND_LIMIT:  # (NaN too)
         return _SLOW
-    whole = int(scaled)  # as _ns: toward zero, then half to even
+    whole = int(scaled)  # toward zero (scaled - whole is then exact), then half to even
     rest = scaled - whole
     if rest > 0.5 or (rest == 0.5 and whole % 2):
         whole += 1

@@ -235,7 +235,7 @@ def _apply(ops: list[Op], edges: list[Edge], uid: int, found: list[_Cut],
     start, end = host.start_ps, host.start_ps + host.dur_ps
     merged: list[_Cut] = []
     for cut in (found if len(found) == 1 else sorted(found, key=_AT)):
-        # each end within the op (min(max(x, start), end), without the two builtin calls)
+        # each end within the op, and b not before a (comparisons: min and max were calls)
         a, b = cut.a, cut.b
         if a < start:
             a = start
@@ -245,7 +245,9 @@ def _apply(ops: list[Op], edges: list[Edge], uid: int, found: list[_Cut],
             b = start
         if b > end:
             b = end
-        cut.a, cut.b = a, b if b >= a else a
+        if b < a:
+            b = a
+        cut.a, cut.b = a, b
         last = merged[-1] if merged else None
         if last is not None and (cut.a < last.b or (cut.a == last.a and cut.b == last.b) or (
                 not cut.awaited and cut.a - last.b < MERGE_LAUNCHES_PS)):
