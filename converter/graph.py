@@ -533,8 +533,7 @@ def _places_in_time_order(places: list[object], ops: list[Op]) -> bool:
             if not _place_before(ops, one >> 3, dst, dst_start):
                 return False
         elif type(sources) is tuple:
-            a, b = sources
-            first, second = a, b
+            first, second = sources
             if not (_place_before(ops, first >> 3, dst, dst_start)
                     and _place_before(ops, second >> 3, dst, dst_start)):
                 return False

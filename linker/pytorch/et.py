@@ -405,15 +405,13 @@ _NAME_TIGHT, _TYPE_TIGHT, _VALUE_TIGHT = b'{"name":"', b'","type":"', b'","value
 # The attrs torch writes first, in its order, each spelled whole up to its value as torch
 # writes it and as compact JSON does: _torch_attr_at compares the one expected at a list's
 # place in one go, where reading it part by part took four comparisons and two string scans.
-_TORCH_ATTRS = (("rf_id", "uint64", _RF_ID), ("fw_parent", "uint64", _STD_OTHER),
-                ("seq_id", "int64", _SEQ_ID), ("scope", "uint64", _SCOPE), ("tid", "uint64", _TID),
-                ("fw_tid", "uint64", _STD_OTHER), ("op_schema", "string", _STD_END))
-_TORCH_SPACED = tuple(b'{"name": "%s", "type": "%s", "value": ' % (name.encode(), kind.encode())
-                      for name, kind, _ in _TORCH_ATTRS)
-_TORCH_TIGHT = tuple(b'{"name":"%s","type":"%s","value":' % (name.encode(), kind.encode())
-                     for name, kind, _ in _TORCH_ATTRS)
-_TORCH_CODES = tuple(code for _, _, code in _TORCH_ATTRS)
+_TORCH_ATTRS = ((b"rf_id", b"uint64"), (b"fw_parent", b"uint64"), (b"seq_id", b"int64"),
+                (b"scope", b"uint64"), (b"tid", b"uint64"), (b"fw_tid", b"uint64"),
+                (b"op_schema", b"string"))
+_TORCH_SPACED = tuple(b'{"name": "%s", "type": "%s", "value": ' % attr for attr in _TORCH_ATTRS)
+_TORCH_TIGHT = tuple(b'{"name":"%s","type":"%s","value":' % attr for attr in _TORCH_ATTRS)
 _TORCH_COUNT = len(_TORCH_ATTRS)
+# (_TORCH_CODES, each name's code as _std_code reads it, is set below _std_code.)
 
 
 def _torch_attr_at(text: bytes, at: int, end: int, place: int) -> tuple[int, int, int]:
@@ -625,6 +623,9 @@ def _same_bytes(text: bytes, start: int, name: bytes) -> bool:
         if text[start + i] != name[i]:
             return False
     return True
+
+
+_TORCH_CODES = tuple([_std_code(name, 0, len(name)) for name, _ in _TORCH_ATTRS])
 
 
 def _integer(text: bytes, at: int, end: int) -> tuple[int, int]:
