@@ -29,6 +29,18 @@ from chakra_hooks.common.errors import TraceFormatError
 from .attrs import value_of
 from .wire import encode_varint
 
+try:  # read by Cython when it compiles this module (setup.py): see _framed
+    import cython
+except ImportError:  # run as plain Python without Cython installed
+    from chakra_hooks.common.no_cython import cython
+
+if not cython.compiled:  # the compiled build's are wire.pxd's C writers
+    from operator import iadd as _extend
+
+    from .wire import _put_varint as _append_varint
+
+_COMPILED = cython.compiled  # (a C constant compiled: etio.pxd; a global read in plain Python)
+
 if TYPE_CHECKING:  # protobuf is loaded by reading an ET, not by writing one (schema/)
     from .schema import GlobalMetadata, Node
 
@@ -270,6 +282,37 @@ def encode_et(metadata: GlobalMetadata | bytes, nodes: Iterable[Node | bytes]) -
         yield body
 
 
+_FRAME_CHUNK = 4096  # nodes framed into one piece (about 1 MB: atomic_write writes it as it is)
+
+
+def _framed_stream(metadata: GlobalMetadata | bytes, nodes: list[Node | bytes]) -> Iterable[bytes]:
+    """encode_et's bytes, each chunk of nodes framed into one buffer by :func:`_framed`; a
+    chunk it declines (a message, an empty body) goes through encode_et."""
+    yield from encode_et(metadata, ())
+    for lo in range(0, len(nodes), _FRAME_CHUNK):
+        chunk = nodes[lo:lo + _FRAME_CHUNK]
+        framed = _framed(chunk)
+        if framed is None:
+            pieces = encode_et(b"", chunk)
+            next(pieces), next(pieces)  # (the empty metadata's)
+            yield from pieces
+        else:
+            yield framed
+
+
+def _framed(bodies: list[bytes]) -> bytearray | None:
+    """Node bodies framed, each behind its length as a varint, in one buffer; None where one is
+    not a non-empty bytes object. The compiled build's writer (wire.pxd's C varint and copy),
+    where encode_et makes a varint and yields two pieces a node for atomic_write to join."""
+    buf = bytearray()
+    for body in bodies:
+        if type(body) is not bytes or not body:
+            return None
+        _append_varint(buf, len(body))
+        _extend(buf, body)
+    return buf
+
+
 def _current_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -334,6 +377,8 @@ def atomic_write(path: str | os.PathLike, pieces: Iterable[bytes], compress: boo
 def write_et(path: str | os.PathLike, metadata: GlobalMetadata | bytes, nodes: Iterable[Node | bytes],
              compress: bool | None = None) -> int:
     """Write an ET atomically; ``.gz`` names are gzip-compressed. Returns the stream size."""
+    if _COMPILED and type(nodes) is list:
+        return atomic_write(path, _framed_stream(metadata, nodes), compress)
     return atomic_write(path, encode_et(metadata, nodes), compress)
 
 

@@ -141,3 +141,43 @@ def test_written_files_get_the_usual_mode(tmp_path: Path) -> None:
     path = tmp_path / "mode.0.et"
     etio.write_et(path, GlobalMetadata(version="0.0.4"), [Node(id=1, name="a")])
     assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~mask
+
+
+def _bodies(count: int, seed: int) -> list[bytes]:
+    """Node bodies of lengths on both sides of each varint size (127/128, 16383/16384...)."""
+    import random
+
+    rng = random.Random(seed)
+    lengths = [1, 127, 128, 129, 16383, 16384, 2**21 - 1, 2**21]
+    return [rng.randbytes(lengths[i // 5] if i % 5 == 0 and i // 5 < len(lengths)
+                          else rng.randrange(1, 400))
+            for i in range(count)]
+
+
+@pytest.mark.parametrize("count", [0, 1, 7, etio._FRAME_CHUNK, etio._FRAME_CHUNK * 2 + 3])
+def test_framed_stream_is_the_stream_encode_et_writes(count: int) -> None:
+    # The compiled build writes a list of node bodies in chunks framed by _framed (in C); plain
+    # Python runs the same function on wire.py's writers. Both must be encode_et's bytes.
+    metadata = GlobalMetadata(version="0.0.4").SerializeToString()
+    bodies = _bodies(count, count)
+    expected = b"".join(etio.encode_et(metadata, bodies))
+    assert b"".join(etio._framed_stream(metadata, bodies)) == expected
+    for lo in range(0, count, etio._FRAME_CHUNK):
+        chunk = bodies[lo:lo + etio._FRAME_CHUNK]
+        assert bytes(etio._framed(chunk)) == b"".join(etio.encode_et(b"", chunk))[1:]
+
+
+def test_framed_stream_leaves_messages_and_empty_bodies_to_encode_et(tmp_path: Path) -> None:
+    metadata = GlobalMetadata(version="0.0.4")
+    node = Node(id=5, name="a")
+    mixed = [b"\x08\x01", node, b"\x08\x02"]
+    assert etio._framed(mixed) is None
+    assert (b"".join(etio._framed_stream(metadata, mixed))
+            == b"".join(etio.encode_et(metadata, mixed)))
+    assert etio._framed([b"\x08\x01", b""]) is None
+    with pytest.raises(ValueError, match="empty Node message"):
+        b"".join(etio._framed_stream(metadata, [b"\x08\x01", b""]))
+    # and written whole either way: a list of bodies is the compiled build's framed path
+    path = tmp_path / "framed.0.et"
+    etio.write_et(path, metadata, [node.SerializeToString(), b"\x08\x02"])
+    assert etio.read_et(path).nodes[0] == node
