@@ -9,7 +9,7 @@ from chakra_hooks.converter.wire cimport (NodeEncoder, _append_varint, _buffer_b
                                           _packed_pair, _put_byte)
 from chakra_hooks.linker.model cimport Edge, Op, TensorIO
 
-cdef long long _C_US, _C_HALF_US, _C_DATA
+cdef long long _C_US, _C_HALF_US, _C_DATA, _C_PARENT
 cdef dict _COMMON_TYPES
 cdef int _W_ID, _W_CTRL, _W_DATA, _W_START, _W_DURATION, _W_INPUTS, _W_OUTPUTS
 cdef bint _COMPILED
@@ -31,7 +31,7 @@ cpdef bytes _make_node(Op op, object deps, str exact_unit, NodeEncoder enc, Tall
 @cython.locals(incoming=dict, places=list, stats=dict, data=list, ctrl=list,
                edges_out=Py_ssize_t, i=Py_ssize_t, edge=Edge, by_place=bint, listed=bint,
                count=Py_ssize_t, edge_list=list, columns=bint, edge_count=Py_ssize_t,
-               place=Py_ssize_t, ops_count=object)
+               place=Py_ssize_t, src="long long", dst="long long", kind="long long")
 cpdef tuple _resolve_edges(object trace, list ops, bint all_kept=*, bint consume=*)
 cpdef object _with_source(object slot, object src, object kind)
 @cython.locals(one="long long", first="long long", second="long long")

@@ -67,7 +67,7 @@ _COMM_KINDS = frozenset({OpKind.COLLECTIVE, OpKind.SEND, OpKind.RECV})
 # type of each OpKind but communication's, the keys it writes.
 _COMMON_TYPES = {kind: node_type for kind, node_type in _NODE_TYPE.items()
                  if kind not in _COMM_KINDS}
-_C_DATA = _DATA
+_C_DATA, _C_PARENT = _DATA, _PARENT
 _W_ID, _W_CTRL, _W_DATA, _W_START, _W_DURATION, _W_INPUTS, _W_OUTPUTS = (
     _ID_KEY, _CTRL_KEY, _DATA_KEY, _START_KEY, _DURATION_KEY, _INPUTS_KEY, _OUTPUTS_KEY)
 
@@ -227,7 +227,6 @@ def _resolve_edges(trace: LinkedTrace, ops: list[Op], all_kept: bool = False,
     kept: dict[int, Op] | list[Op] = ops if by_place else {op.uid: op for op in ops}
     known = kept if all_kept else {op.uid for op in trace.ops}
     count = len(ops)
-    ops_count = count  # an int object: compiled, comparing an int with `count` made one each time
     # The edge map: node -> its sources. Most nodes have one or two (a kernel: its launch and
     # its stream), each held with its edge's kind in one int (see _one_source): one int, or a
     # pair of them; a dict {source: kind} from a third source on. A dict each took most of a
@@ -258,13 +257,14 @@ def _resolve_edges(trace: LinkedTrace, ops: list[Op], all_kept: bool = False,
             if consume:
                 edge_list[i] = None  # the edge map replaces it
             src, dst, kind = edge.src, edge.dst, edge.kind
-        if (not (0 <= src < ops_count and 0 <= dst < ops_count) if by_place
+        # (compiled: src, dst and kind C integers, graph.pxd)
+        if (not (0 <= src < count and 0 <= dst < count) if by_place
                 else src not in known or dst not in known):
             stats["edges_missing_end"] += 1
         elif src == dst:
             stats["edges_self"] += 1
         else:
-            if kind == _PARENT:
+            if kind == _C_PARENT:
                 has_parent = True
             if listed:  # (compiled, indexed as a C integer: graph.pxd)
                 place = dst
