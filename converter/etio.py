@@ -132,6 +132,26 @@ def replace_frames(buf: bytes, starts: list[int], replaced: Iterable[tuple[int, 
     return pieces
 
 
+def rewrite_staged(path: str | os.PathLike, buf: bytes, starts: list[int],
+                   replaced: list[tuple[int, bytes]], compressed: bool) -> list[bytes | memoryview]:
+    """Write the stream ``buf`` (read from ``path``) back to it with some frames replaced (as
+    :func:`replace_frames` takes them), for a file nothing else reads yet: a conversion's staged
+    ET, published whole or not at all. From the first replaced frame on, in place: a whole new
+    file copied the unchanged head again and, replacing the old one, freed all of its cached
+    pages (together most of the rewrite's time: 20-30 ms at 21 MB). A compressed file is
+    written anew. Returns the pieces written."""
+    pieces = replace_frames(buf, starts, replaced)
+    if compressed or not replaced:
+        atomic_write(path, pieces, compressed)
+        return pieces
+    with open(path, "r+b") as out:
+        out.seek(starts[replaced[0][0]])  # pieces[0] is the stretch before it, left as it is
+        for piece in pieces[1:]:
+            out.write(piece)
+        out.truncate()
+    return pieces
+
+
 def _decode_long_varint(buf: bytes, start: int, path: str | os.PathLike) -> tuple[int, int]:
     """Decode a varint of two or more bytes at ``start``; returns (value, next offset)."""
     value, shift, pos = 0, 0, start

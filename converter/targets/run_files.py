@@ -46,8 +46,7 @@ def append_attrs(path: str, json_path: str | None, additions: list[tuple[int, by
             body = etio.frame_body(buf[starts[place]:starts[place + 1]]) + b"".join(
                 _NODE_ATTR_KEY + encode_varint(len(attr)) + attr for attr in added[place])
             replaced.append((place, encode_varint(len(body)) + body))
-        pieces = etio.replace_frames(buf, starts, replaced)
-        etio.atomic_write(local, pieces, compressed)
+        pieces = etio.rewrite_staged(local, buf, starts, replaced, compressed)
     if json_path is not None:
         with storage.local_copy(json_path) as local_json:
             etio.write_workload_json(local_json, etio.decode_et(b"".join(pieces), path)[1])
@@ -77,8 +76,7 @@ def rewrite_collectives(path: str, json_path: str | None, bodies: list[tuple[int
         for index, body in bodies:
             tally.add_node(Node.FromString(body), name, index, check=False)
         new_frames = {index + 1: encode_varint(len(body)) + body for index, body in bodies}
-        pieces = etio.replace_frames(buf, starts, sorted(new_frames.items()))
-        etio.atomic_write(local, pieces, compressed)
+        pieces = etio.rewrite_staged(local, buf, starts, sorted(new_frames.items()), compressed)
     metadata = GlobalMetadata.FromString(etio.frame_body(buf[starts[0]:starts[1]]))
     if json_path is not None:
         with storage.local_copy(json_path) as local_json:

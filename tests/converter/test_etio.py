@@ -181,3 +181,25 @@ def test_framed_stream_leaves_messages_and_empty_bodies_to_encode_et(tmp_path: P
     path = tmp_path / "framed.0.et"
     etio.write_et(path, metadata, [node.SerializeToString(), b"\x08\x02"])
     assert etio.read_et(path).nodes[0] == node
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+@pytest.mark.parametrize("change", ["longer", "shorter", "same"])
+def test_rewrite_staged_leaves_the_file_a_whole_new_one_would(tmp_path: Path, compressed: bool,
+                                                              change: str) -> None:
+    # A staged ET is rewritten in place from its first replaced frame (compressed: anew); the
+    # file must hold exactly the stream with those frames replaced, whether it grew or shrank.
+    path = tmp_path / ("staged.0.et.gz" if compressed else "staged.0.et")
+    etio.write_et(path, GlobalMetadata(version="0.0.4"), _bodies(60, 11))
+    buf, was_compressed = etio.read_bytes(path)
+    assert was_compressed is compressed
+    starts = etio.frame_starts(buf, path)
+    replaced = []
+    for place in (7, 8, 30, 60):  # (60: the last frame; place 0 is the metadata)
+        body = etio.frame_body(buf[starts[place]:starts[place + 1]])
+        body = {"longer": body + b"\x52\x00" * 70, "shorter": body[:1] + b"\x00",
+                "same": body[::-1]}[change]
+        replaced.append((place, etio.encode_varint(len(body)) + body))
+    expected = b"".join(etio.replace_frames(buf, starts, replaced))
+    assert b"".join(etio.rewrite_staged(path, buf, starts, replaced, compressed)) == expected
+    assert etio.read_bytes(path) == (expected, compressed)
