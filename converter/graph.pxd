@@ -17,7 +17,8 @@ cdef bint _COMPILED
 cpdef object round_us(object ps)
 @cython.locals(op=Op)
 cpdef bint _all_whole_ns(list ops) except -1
-@cython.locals(op=Op, writer=_NodeWriter, others=Tally, collective_tally=Tally)
+@cython.locals(op=Op, writer=_NodeWriter, others=Tally, collective_tally=Tally, ops=list,
+               index=Py_ssize_t, dep_list=list, bodies=list)
 cpdef object build_graph(object trace, object target=*, object keep_mem=*, object consume=*)
 
 

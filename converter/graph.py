@@ -135,6 +135,7 @@ def build_graph(trace: LinkedTrace, target: str | Target = Target.FULL, keep_mem
     ops = rules(target).retarget(trace.ops, keep_mem)
     deps, stats = _resolve_edges(trace, ops, ops is trace.ops, consume)
     by_place = type(deps) is list
+    dep_list = deps if by_place else None  # (compiled: a list, indexed in C)
     exact_unit = "ns" if _all_whole_ns(ops) else "ps"
     stats.update(ops=len(trace.ops))
     base_ps = _time_base(ops)
@@ -156,8 +157,8 @@ def build_graph(trace: LinkedTrace, target: str | Target = Target.FULL, keep_mem
         else:
             tally = others
         if by_place:  # the edge map is a list by place (see _resolve_edges)
-            node_deps = deps[index]
-            deps[index] = None
+            node_deps = dep_list[index]
+            dep_list[index] = None
         else:
             node_deps = deps.pop(op.uid, None)
         try:
