@@ -6,6 +6,8 @@ cimport cython
 from chakra_hooks.linker.pytorch.layouts cimport EtNode
 from chakra_hooks.linker.model cimport Edge, Op
 
+cdef long long _C_PARENT
+
 
 @cython.locals(op=Op, node=EtNode, ops=list, edges=list, tops=list, seen=set, producer=dict,
                by_et=dict)
@@ -19,7 +21,7 @@ cpdef object _autograd_edges(object linker, list tops, list edges)
 
 @cython.locals(e=Edge, op=Op, ops=list, starts=list, ends=list, kept=list, seen=set,
                width=Py_ssize_t, backwards=Py_ssize_t, late=Py_ssize_t, src=Py_ssize_t,
-               dst=Py_ssize_t, pair=object)
+               dst=Py_ssize_t, pair=object, kind="long long", parent="long long")
 cpdef object prune_edges(object linker)
 
 

@@ -50,6 +50,7 @@ SYNC_NAMES = DEVICE_SYNC | STREAM_SYNC | EVENT_SYNC | EVENT_RECORD | WAIT_EVENT
 # Enum members read per op or per edge, bound once: reading one off its class goes through
 # EnumType's __getattr__ hook, about ten times the cost of a module global.
 _SYNC, _DATA, _PARENT = EdgeKind.SYNC, EdgeKind.DATA, EdgeKind.PARENT
+_C_PARENT = _PARENT  # (a C constant compiled: edges.pxd)
 
 
 class _Launches:
@@ -401,7 +402,7 @@ def prune_edges(linker: PytorchLinker) -> None:
         ends.append(None if start is None or op.dur_ps is None else start + op.dur_ps)
     width = len(ops) + 1  # src * width + dst: one int per pair, cheaper than a tuple
     kept, seen, backwards, late = [], set(), 0, 0
-    parent = _PARENT
+    parent = _C_PARENT  # (compiled: a C integer, as each edge's kind is read)
     tolerance = CLOCK_TOLERANCE_PS
     for e in linker.edges:
         src, dst = e.src, e.dst  # (compiled: C integers, and the pair one int object)
@@ -410,7 +411,8 @@ def prune_edges(linker: PytorchLinker) -> None:
             continue
         a, b = starts[src], starts[dst]
         if a is not None and b is not None:
-            if e.kind != parent:
+            kind = e.kind
+            if kind != parent:
                 if a > b:
                     backwards += 1
                     continue

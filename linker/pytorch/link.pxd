@@ -8,6 +8,8 @@ from chakra_hooks.linker.pytorch.layouts cimport EtNode, KEvent
 from chakra_hooks.linker.model cimport Edge, Op
 from chakra_hooks.linker.pytorch.match cimport KThread
 
+cdef long long _C_LAUNCH
+
 
 @cython.locals(node=EtNode, root=EtNode, n=EtNode, stack=list, tops=list, pg_inits=list,
                c10d=list, decoded=list)
@@ -59,7 +61,7 @@ cdef class PytorchLinker:
     @cython.locals(op=Op, edges=list)
     cpdef object _order_edges(self)
 
-    @cython.locals(op=Op, e=Edge, launched=set)
+    @cython.locals(op=Op, e=Edge, launched=set, kind="long long")
     cpdef object _finish(self)
 
     @cython.locals(op=Op)

@@ -81,6 +81,7 @@ ACAUSAL_SHARE = 0.01
 # EnumType's __getattr__ hook, about ten times the cost of a module global.
 _COMPUTE, _COLLECTIVE, _METADATA = OpKind.COMPUTE, OpKind.COLLECTIVE, OpKind.METADATA
 _HOST_ORDER, _LAUNCH, _STREAM_ORDER = EdgeKind.HOST_ORDER, EdgeKind.LAUNCH, EdgeKind.STREAM_ORDER
+_C_LAUNCH = _LAUNCH  # (a C constant compiled: link.pxd)
 _COPY_KINDS = {"HtoD": OpKind.MEM_LOAD, "DtoH": OpKind.MEM_STORE}
 WINDOW_MIN_OUTSIDE = 0.10  # Kineto ranges outside the ET's span before we cut to its window
 LOW_MATCH = 0.5  # below this match rate a pair is reported as two different runs
@@ -1019,7 +1020,8 @@ class PytorchLinker:
                     "records each call's group")
         launched = set()  # (plain loops, not comprehensions: the compiled build types `e`, `op`)
         for e in self.edges:
-            if e.kind == _LAUNCH:
+            kind = e.kind  # (compiled: a C integer)
+            if kind == _C_LAUNCH:
                 launched.add(e.dst)
         _mark_unknown_sizes(self.ops)
         device_ops = device_linked = device_time = 0

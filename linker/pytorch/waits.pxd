@@ -5,12 +5,15 @@ cimport cython
 from chakra_hooks.linker.model cimport Edge, Op
 from chakra_hooks.linker.pytorch.layouts cimport KEvent
 
+cdef long long _C_LAUNCH, _C_PARENT
+
 
 cdef class _Cut:
     cdef public object a, b, leaving, awaited
 
 
-@cython.locals(e=Edge, host=Op, child=Op, cut=_Cut, ops=list, edges=list, runtime_of=dict)
+@cython.locals(e=Edge, host=Op, child=Op, cut=_Cut, ops=list, edges=list, runtime_of=dict,
+               kind="long long")
 cpdef object split_host_ops(object linker)
 
 

@@ -52,6 +52,7 @@ MERGE_LAUNCHES_PS = 5_000_000  # 5 us
 _LAUNCH, _PARENT, _SYNC, _HOST_ORDER = (EdgeKind.LAUNCH, EdgeKind.PARENT, EdgeKind.SYNC,
                                         EdgeKind.HOST_ORDER)
 _COMPUTE = OpKind.COMPUTE  # bound once: an enum member read off its class costs ten globals
+_C_LAUNCH, _C_PARENT = _LAUNCH, _PARENT  # (C constants compiled: waits.pxd)
 
 
 class _Cut:  # a C class when compiled (linker/pytorch/waits.pxd)
@@ -70,10 +71,10 @@ def split_host_ops(linker: PytorchLinker) -> None:
     cuts: dict[int, list[_Cut]] = defaultdict(list)
     runtime_of = {uid: rt for rt, uid, _ in linker.launches}
     for e in edges:
-        kind = e.kind
-        if kind == _LAUNCH:
+        kind = e.kind  # (compiled: a C integer, compared with C constants)
+        if kind == _C_LAUNCH:
             _launch_cut(ops[e.src], ops[e.dst], runtime_of.get(e.dst), e, cuts)
-        elif kind == _PARENT:
+        elif kind == _C_PARENT:
             host, child = ops[e.src], ops[e.dst]
             if _timed(host) and child.start_ps is not None:
                 cut = _Cut(child.start_ps, child.start_ps)
