@@ -116,6 +116,10 @@ _ROUND_LIMIT = float(1 << 62)  # |ns| below this: _ns_at rounds on C integers
 # Times beyond this are damage, not clocks (2^62 ns is the year 2116; the ET writes int64 ns).
 _TIME_LIMIT_NS = 1 << 62
 _DAY_NS = 86_400 * 10**9
+# The compiled reader's cache of interned event names, per chunk of events: a new name string
+# found there by its size, three of its words and one comparison (_slot_of, _same_text), where
+# looking it up in a dict hashed every byte of it (kernel names run to hundreds of bytes).
+_NAME_SLOTS = 4096  # a power of two
 # The events array's stand-in when the rest of the document is checked: a value no trace has.
 _MARK = b'"\\u0000chakra-hooks: traceEvents"'
 _MARK_VALUE = msgspec.json.decode(_MARK)
@@ -211,6 +215,23 @@ def _ns(value: object) -> int:
 # caller works it out with _ns, on Python integers, as plain Python does.
 _SLOW = -(1 << 63)
 _INT_LIMIT = 1 << 52  # |int microseconds| below this: times 1000 stays below 2^62
+
+
+def _slot_of(text: str) -> int:
+    """The name cache's place for ``text`` (see _NAME_SLOTS): compiled, from its size and its
+    first, middle and last eight bytes (kineto.pxd); two names that share a place only evict
+    each other."""
+    if cython.compiled:
+        return _text_slot(text)
+    return hash(text) & (_NAME_SLOTS - 1)
+
+
+def _same_text(a: str, b: str) -> bool:
+    """``a == b`` for two str; compiled, by length, width and one memcmp (kineto.pxd): equal
+    strings have the same width (CPython keeps each in its narrowest)."""
+    if cython.compiled:
+        return _text_equal(a, b)
+    return a == b
 
 
 def _ns_at(value: object, base: int) -> int:
@@ -463,6 +484,10 @@ def _read_events(trace: KinetoTrace, events: list[KEvent], first: int) -> int:
     # falls back to the Python reading below where they do not (or are damaged).
     c_times = cython.compiled and -_TIME_LIMIT_NS < base < _TIME_LIMIT_NS
     c_base = base if c_times else 0
+    # (compiled: the name cache, and the category of the last kept or dropped event with what
+    # out_of gave for it, found again by one comparison: events come in runs of a category)
+    cached = [None] * _NAME_SLOTS if cython.compiled else None
+    last_cat = last_found = None
     for index, item in enumerate(events, first):
         kind = type(item)
         if kind is not complete:
@@ -473,7 +498,13 @@ def _read_events(trace: KinetoTrace, events: list[KEvent], first: int) -> int:
                     trace.other_phases[key] = trace.other_phases.get(key, 0) + 1
                 continue
         ev = item
-        found = out_of.get(ev.cat)
+        if cached is None:
+            found = out_of.get(ev.cat)
+        elif last_cat is not None and _same_text(ev.cat, last_cat):
+            found = last_found
+        else:
+            found = last_found = out_of.get(ev.cat)
+            last_cat = ev.cat
         if found is None:
             continue
         out, cat, full_names = found
@@ -505,9 +536,18 @@ def _read_events(trace: KinetoTrace, events: list[KEvent], first: int) -> int:
         if ev.tid is None or not name:
             raise TraceFormatError(trace.path, f"traceEvents[{index}]",
                                    "an event with name, pid and tid")
-        interned = names.get(name)  # (a dict hit costs a sixth of a call to intern)
-        if interned is None:
-            interned = names[name] = intern(name)
+        if cached is None:
+            interned = names.get(name)  # (a dict hit costs a sixth of a call to intern)
+            if interned is None:
+                interned = names[name] = intern(name)
+        else:
+            slot = _slot_of(name)
+            interned = cached[slot]
+            if interned is None or not _same_text(name, interned):
+                interned = names.get(name)
+                if interned is None:
+                    interned = names[name] = intern(name)
+                cached[slot] = interned
         name = ev.name = interned
         args = ev.args
         if type(args) is raw_type:

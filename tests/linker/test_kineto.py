@@ -365,3 +365,51 @@ def test_impossible_times_are_one_line_errors(tmp_path, damage):
     (line,) = run.stderr.strip().splitlines()
     assert str(trace) in line and "traceEvents[1] ('gemm')" in line and "dur >= 0" in line
     assert not (tmp_path / "out").exists()
+
+
+_TEXTS = ["", "a", "b", "ab", "ba", "abcdefg", "abcdefgh", "abcdefgi", "Xbcdefgh", "é", "e",
+          "éé", "ab€", "ab\U0001f600", "kernel", "cpu_op", "cuda_runtime", "gpu_memcpy",
+          "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int)",
+          "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<double>>(int)",
+          "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int) "]
+
+
+def test_name_cache_compares_and_places_names_as_str_does() -> None:
+    # The compiled reader finds a new name string in its cache by _slot_of and one _same_text
+    # (length, width, memcmp): equal texts must share a place and compare equal, any two
+    # others compare unequal, whatever their widths (ASCII, Latin-1, BMP, astral).
+    from chakra_hooks.linker.pytorch.kineto import _same_text, _slot_of
+
+    for a in _TEXTS:
+        copy = "".join(list(a))  # the same text in a new object
+        assert copy is not a or len(a) < 2
+        assert _same_text(a, copy) and _slot_of(a) == _slot_of(copy)
+        assert 0 <= _slot_of(a) < 4096  # (_NAME_SLOTS: a C constant compiled, not importable)
+        for b in _TEXTS:
+            assert _same_text(a, b) is (a == b), (a, b)
+
+
+def test_names_that_share_a_cache_place_read_as_their_own(tmp_path: Path) -> None:
+    # Names that evict each other from the compiled reader's cache, in turn, in one chunk:
+    # every event keeps its own name, and equal names are one object (interned).
+    import json
+    import sys
+
+    from chakra_hooks.linker.pytorch.kineto import _slot_of
+
+    by_place: dict[int, list[str]] = {}
+    i = 0
+    while not any(len(names) == 3 for names in by_place.values()):
+        name = f"aten::op_{i}_{'x' * (i % 23)}"
+        by_place.setdefault(_slot_of(name), []).append(name)
+        i += 1
+    colliding = next(names for names in by_place.values() if len(names) == 3)
+    names = [colliding[k % 3] for k in range(60)] + ["other"] * 5
+    events = [{"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": 10 * k,
+               "dur": 5, "args": {"External id": k}} for k, name in enumerate(names)]
+    path = tmp_path / "names.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    host = sorted(read_kineto(path).host, key=lambda ev: ev.start)
+    assert [ev.name for ev in host] == names
+    assert all(ev.name is sys.intern(ev.name) for ev in host)
+    assert len({id(ev.name) for ev in host}) == 4
