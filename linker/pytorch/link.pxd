@@ -40,6 +40,9 @@ cdef class PytorchLinker:
     @cython.locals(node=EtNode, op=Op, top_uid=dict)
     cpdef object _host_ops_from_et(self)
 
+    @cython.locals(node=EtNode, ev=KEvent, votes=dict, counts=dict, lanes=dict, by_et=dict)
+    cpdef dict _et_thread_lanes(self, list tops)
+
     @cython.locals(op=Op)
     cpdef Op _et_host_op(self, EtNode node, KEvent ev, object lane)
 

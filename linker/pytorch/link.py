@@ -578,11 +578,16 @@ class PytorchLinker:
 
     def _et_thread_lanes(self, tops: list[EtNode]) -> dict[int, str]:
         """ET tid -> lane, named after the Kineto thread most of its matched ops ran on."""
-        votes: dict[int, dict[object, int]] = defaultdict(lambda: defaultdict(int))
+        # (plain loops and dicts: the compiled build types `node`, `ev` and the dicts, link.pxd)
+        votes: dict[object, dict[object, int]] = {}
+        by_et = self.match.by_et
         for node in tops:
-            ev = self.match.by_et.get(node.id)
+            ev = by_et.get(node.id)
             if ev is not None:
-                votes[node.tid][ev.tid] += 1
+                counts = votes.get(node.tid)
+                if counts is None:
+                    counts = votes[node.tid] = {}
+                counts[ev.tid] = counts.get(ev.tid, 0) + 1
         lanes = {}
         for node in tops:
             if node.tid not in lanes:
