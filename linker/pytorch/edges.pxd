@@ -3,7 +3,7 @@
 # linker/pytorch/layouts.pxd), so that their fields are read as C struct members, and their
 # containers as the builtin types they are.
 cimport cython
-from chakra_hooks.linker.pytorch.layouts cimport EtNode
+from chakra_hooks.linker.pytorch.layouts cimport EtNode, KEvent
 from chakra_hooks.linker.model cimport Edge, Op
 
 cdef long long _C_PARENT
@@ -25,5 +25,9 @@ cpdef object _autograd_edges(object linker, list tops, list edges)
 cpdef object prune_edges(object linker)
 
 
-@cython.locals(op=Op, lane=str)
+@cython.locals(op=Op, lane=str, per_device=dict, lanes=dict, entries=list, ends=dict)
 cpdef dict _ends_by_device(list ops)
+
+
+@cython.locals(rt=KEvent, ends=dict, starts=dict)
+cpdef tuple _launch_times(list launches)

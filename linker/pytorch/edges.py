@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from chakra_hooks.linker.model import CLOCK_TOLERANCE_PS, Edge, EdgeKind
@@ -51,6 +52,7 @@ SYNC_NAMES = DEVICE_SYNC | STREAM_SYNC | EVENT_SYNC | EVENT_RECORD | WAIT_EVENT
 # EnumType's __getattr__ hook, about ten times the cost of a module global.
 _SYNC, _DATA, _PARENT = EdgeKind.SYNC, EdgeKind.DATA, EdgeKind.PARENT
 _C_PARENT = _PARENT  # (a C constant compiled: edges.pxd)
+_FIRST = itemgetter(0)
 
 
 class _Launches:
@@ -238,16 +240,31 @@ def _waits_by_clock(linker: PytorchLinker, launches: _Launches, ends: _DeviceEnd
     linker.trace.stats["stream_waits_by_clock"] = found
 
 
+def _launch_times(launches: list) -> tuple[dict[int, int], dict[int, int]]:
+    """Per launched device op's uid, when its launch call ended (ps) and began (ns)."""
+    ends, starts = {}, {}
+    for rt, uid, _ in launches:
+        ends[uid] = (rt.start + rt.dur) * 1000
+        starts[uid] = rt.start
+    return ends, starts
+
+
 def _ends_by_device(ops: list[Op]) -> dict[str, tuple[list[int], list[tuple[int, int, str]]]]:
     """Per device, its stream ops' (end, uid, lane) in end order, and those ends alone."""
-    per_device: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
+    per_device: dict[str, list[tuple[int, int, str]]] = {}
+    lanes: dict[str, list[tuple[int, int, str]]] = {}  # a lane's device's list, found once
     for op in ops:
         lane = op.lane
         if op.on_device and lane.startswith("stream:") and op.start_ps is not None:
-            per_device[_device_of(lane)].append((op.start_ps + (op.dur_ps or 0), op.uid, lane))
+            entries = lanes.get(lane)
+            if entries is None:
+                entries = lanes[lane] = per_device.setdefault(_device_of(lane), [])
+            entries.append((op.start_ps + (op.dur_ps or 0), op.uid, lane))
     ends = {}
     for device, entries in per_device.items():
-        entries.sort()
+        # By end; equal ends stay in uid order, as `ops` is (a uid is its op's place): the
+        # order of sorting the tuples whole, without comparing tuples.
+        entries.sort(key=_FIRST)
         ends[device] = ([e for e, _, _ in entries], entries)
     return ends
 
@@ -257,8 +274,7 @@ class _DeviceEnds:
 
     def __init__(self, linker: PytorchLinker, launches: _Launches) -> None:
         self.launches = launches
-        self.runtime_end = {uid: (rt.start + rt.dur) * 1000 for rt, uid, _ in linker.launches}
-        self.runtime_start = {uid: rt.start for rt, uid, _ in linker.launches}
+        self.runtime_end, self.runtime_start = _launch_times(linker.launches)
         self.ends = _ends_by_device(linker.ops)
 
     def held_since(self, uid: int, lane: str, linker: PytorchLinker, before: int | None = None

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from chakra_hooks.linker.model import PS_PER_NS, Edge, EdgeKind, Op, OpKind
@@ -52,6 +53,7 @@ MERGE_LAUNCHES_PS = 5_000_000  # 5 us
 _LAUNCH, _PARENT, _SYNC, _HOST_ORDER = (EdgeKind.LAUNCH, EdgeKind.PARENT, EdgeKind.SYNC,
                                         EdgeKind.HOST_ORDER)
 _COMPUTE = OpKind.COMPUTE  # bound once: an enum member read off its class costs ten globals
+_FIRST = itemgetter(0)
 _C_LAUNCH, _C_PARENT = _LAUNCH, _PARENT  # (C constants compiled: waits.pxd)
 
 
@@ -124,7 +126,9 @@ def add_thread_waits(ops: list[Op], edges: list[Edge]) -> tuple[int, int]:
             comm.append(op)
     if len(lanes) + (1 if comm else 0) < 2:
         return 0, 0
-    done.sort()
+    # By end; equal ends stay in uid order, as `ops` is (a uid is its op's place): the order
+    # of sorting the tuples whole, without comparing tuples.
+    done.sort(key=_FIRST)
     ends = [entry[0] for entry in done]
     comm.sort(key=_END)
     comm_ends = [op.start_ps + op.dur_ps for op in comm]
