@@ -34,6 +34,7 @@ dependencies.
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import attrgetter
 
 from chakra_hooks.linker.model import (Edge, EdgeColumns, EdgeKind, LinkedTrace, Op, OpKind,
                                        shared_key_attrs)
@@ -150,7 +151,9 @@ def add_gaps(trace: LinkedTrace, per_resource: bool = False,
     new_ops, new_edges = trace.ops, trace.edges
     for members in groups.values():
         if not _in_start_order(members):
-            members.sort(key=_START_UID)
+            # Where uids are places, members are in uid order: sorted by start alone, equal
+            # starts stay so, the (start, uid) order without a tuple a member.
+            members.sort(key=_START_PS if in_place else _START_UID)
         reach, before = window_start, -1  # the lane's (resource's) latest end, and whose
         for op in members:
             lane, occupies = op.lane, True
@@ -204,6 +207,9 @@ def _in_start_order(ops: list[Op]) -> bool:
         if a.start_ps > b.start_ps or (a.start_ps == b.start_ps and a.uid > b.uid):
             return False
     return True
+
+
+_START_PS = attrgetter("start_ps")
 
 
 def _START_UID(op: Op) -> tuple[int, int]:  # noqa: N802 (a sort key)
