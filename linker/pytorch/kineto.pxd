@@ -17,9 +17,11 @@ cdef extern from "Python.h":
 cdef Py_ssize_t _NAME_SLOTS
 
 
-# _same_text's comparison (kineto.py), for two str objects (never None: the callers' are
-# fields msgspec decoded as str, or names it interned)
+# _same_text's comparison (kineto.py), for two str objects (the reader's are fields msgspec
+# decoded as str, or names it interned; None, from any other caller, is equal only to None)
 cdef inline bint _text_equal(str a, str b) noexcept:
+    if a is None or b is None:
+        return a is b
     cdef Py_ssize_t size = PyUnicode_GET_LENGTH(a)
     cdef int kind = PyUnicode_KIND(a)
     if size != PyUnicode_GET_LENGTH(b) or kind != PyUnicode_KIND(b):
@@ -30,6 +32,8 @@ cdef inline bint _text_equal(str a, str b) noexcept:
 # _slot_of's place (kineto.py): the text's size and its first, middle and last eight bytes,
 # mixed by multiplications (a short text: its bytes)
 cdef inline Py_ssize_t _text_slot(str text) noexcept:
+    if text is None:
+        return 0
     cdef Py_ssize_t size = PyUnicode_GET_LENGTH(text) * PyUnicode_KIND(text)
     cdef const unsigned char* data = <const unsigned char*>PyUnicode_DATA(text)
     cdef unsigned long long mix = (<unsigned long long>size + 1) * 0x9E3779B97F4A7C15ULL

@@ -387,6 +387,8 @@ def test_name_cache_compares_and_places_names_as_str_does() -> None:
         assert 0 <= _slot_of(a) < 4096  # (_NAME_SLOTS: a C constant compiled, not importable)
         for b in _TEXTS:
             assert _same_text(a, b) is (a == b), (a, b)
+        assert not _same_text(a, None) and not _same_text(None, a)  # and no crash either
+    assert _same_text(None, None) and 0 <= _slot_of(None) < 4096
 
 
 def test_names_that_share_a_cache_place_read_as_their_own(tmp_path: Path) -> None:
