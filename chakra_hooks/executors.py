@@ -28,6 +28,7 @@ from chakra_hooks.common.progress import reporting_to
 MEMORY_PER_INPUT_BYTE = 1.6
 MEMORY_FLOOR = 256 * 2**20
 RAY_RETRIES = 3  # a worker lost (killed, out of memory, node gone) is retried this often
+RAY_CANCEL_WAIT_S = 30  # how long a failed run waits for its cancelled tasks to stop
 
 
 class _Bar:
@@ -184,6 +185,11 @@ class RayExecutor:
         except ray.exceptions.RayTaskError as exc:
             for ref in pending:
                 ray.cancel(ref, force=True)
+            # A cancel returns before its worker has stopped, and a rank still converting may
+            # write its staged files after the caller has removed the staging folder (and
+            # make it, and the output folder, again): wait until every cancelled task ended.
+            if pending:
+                ray.wait(pending, num_returns=len(pending), timeout=RAY_CANCEL_WAIT_S)
             cause = getattr(exc, "cause", None)
             if isinstance(cause, (TraceFormatError, FileNotFoundError)):
                 raise cause from None  # bad input: the one-line error naming its file
