@@ -287,12 +287,14 @@ def what_else(path: str | os.PathLike, head: bytes) -> str | None:
     return None
 
 
-def encode_et(metadata: GlobalMetadata | bytes, nodes: Iterable[Node | bytes]) -> Iterable[bytes]:
+def encode_et(metadata: GlobalMetadata | bytes | None, nodes: Iterable[Node | bytes]
+              ) -> Iterable[bytes]:
     """The framed stream, piece by piece (metadata first). ``metadata`` and ``nodes`` are
-    messages or their serialised bodies."""
-    body = metadata if type(metadata) is bytes else metadata.SerializeToString()
-    yield encode_varint(len(body))
-    yield body
+    messages or their serialised bodies; metadata None: the nodes' frames alone."""
+    if metadata is not None:
+        body = metadata if type(metadata) is bytes else metadata.SerializeToString()
+        yield encode_varint(len(body))
+        yield body
     for node in nodes:
         body = node if type(node) is bytes else node.SerializeToString()
         if not body:
@@ -313,9 +315,7 @@ def _framed_stream(metadata: GlobalMetadata | bytes, nodes: list[Node | bytes]) 
         chunk = nodes[lo:lo + _FRAME_CHUNK]
         framed = _framed(chunk)
         if framed is None:
-            pieces = encode_et(b"", chunk)
-            next(pieces), next(pieces)  # (the empty metadata's)
-            yield from pieces
+            yield from encode_et(None, chunk)
         else:
             yield framed
 
